@@ -1,0 +1,1 @@
+"""inorder: ordered, stateful stream processing for PySpark."""

@@ -1,0 +1,63 @@
+"""The ``inorder`` command line: thin; each command lives in :mod:`inorder.commands`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from inorder.errors import InorderError
+
+#: Command modules; each defines ``register(subparsers) -> None`` and sets ``func`` defaults.
+COMMAND_MODULES = ("dev", "simulate", "run", "validate", "replay", "repair", "inspect", "compact")
+
+EPILOG = """examples:
+  inorder dev up                      start the local broker and S3 server
+  inorder simulate --sites 3 --messages 100000
+  inorder run examples/sessions.toml  run a pipeline until stopped
+  inorder <command> --help            options of one command
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (all command modules that exist)."""
+    parser = argparse.ArgumentParser(
+        prog="inorder",
+        description="Ordered, stateful stream processing for PySpark: Kafka records applied "
+        "in exact offset order to typed state, landed exactly once as Parquet or Delta.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"inorder.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"inorder.commands.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: parse, run the command, print errors as one line, return the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        code = args.func(args)
+    except InorderError as exc:
+        print(f"inorder: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("inorder: interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

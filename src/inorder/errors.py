@@ -1,0 +1,23 @@
+"""Errors inorder shows to users: one line, naming what is wrong and where."""
+
+from __future__ import annotations
+
+
+class InorderError(Exception):
+    """Base class: an error whose message is fit to print as is (no traceback needed)."""
+
+    exit_code = 1
+
+
+class ConfigError(InorderError):
+    """A setting is missing, unknown or invalid; or a service it names is unreachable."""
+
+    exit_code = 2
+
+
+class DataLossError(InorderError):
+    """Records the pipeline must read are gone (retention expired, topic deleted)."""
+
+
+class IntegrityError(InorderError):
+    """A record broke an integrity rule under the ``fail`` policy."""

@@ -1,0 +1,62 @@
+"""Integrity tiers and violation policies: what a pipeline promises about order and loss.
+
+See ``docs/concepts.md`` for the table of tiers. A tier is chosen per pipeline::
+
+    Integrity.strict(on_violation="fail", sequence_field="seq")
+    Integrity.fuzzy(lateness=timedelta(minutes=5))
+    Integrity.none()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+Tier = Literal["none", "fuzzy", "strict"]
+Policy = Literal["fail", "restart_session", "dead_letter"]
+
+POLICIES: tuple[Policy, ...] = ("fail", "restart_session", "dead_letter")
+
+
+@dataclass(frozen=True, slots=True)
+class Integrity:
+    """The integrity a pipeline enforces and what it does when a record breaks it.
+
+    Rules (``strict``): records of a partition arrive in increasing offset order with none
+    skipped below the log-start offset (data loss); every record decodes; when
+    ``sequence_field`` is set, that field of the messages of a key goes up by exactly one
+    (a new session, see :meth:`inorder.processor.Processor.starts_session`, may restart it);
+    a processor may raise :class:`inorder.processor.Violation` for its own rules.
+    Offset gaps from transaction markers or compaction are not violations.
+    """
+
+    tier: Tier = "strict"
+    on_violation: Policy = "fail"
+    sequence_field: str | None = None
+    lateness: timedelta = timedelta(0)
+
+    def __post_init__(self) -> None:
+        if self.on_violation not in POLICIES:
+            raise ValueError(
+                f"on_violation must be one of {', '.join(POLICIES)}, not {self.on_violation!r}"
+            )
+        if self.lateness < timedelta(0):
+            raise ValueError("lateness must not be negative")
+
+    @classmethod
+    def strict(
+        cls, on_violation: Policy = "fail", sequence_field: str | None = None
+    ) -> Integrity:
+        """Exact offset order, no loss, no undecodable records; optional sequence checks."""
+        return cls("strict", on_violation, sequence_field)
+
+    @classmethod
+    def fuzzy(cls, lateness: timedelta, on_violation: Policy = "dead_letter") -> Integrity:
+        """Event-time order per key within ``lateness``; later records are late."""
+        return cls("fuzzy", on_violation, None, lateness)
+
+    @classmethod
+    def none(cls) -> Integrity:
+        """No checks, no promised order."""
+        return cls("none", "dead_letter")

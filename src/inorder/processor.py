@@ -1,0 +1,158 @@
+"""The typed processor API: what a user writes to turn ordered records into state and rows.
+
+A :class:`Processor` sees the records of one topic-partition in exact offset order. State is
+kept per key (``key(msg)``), created by ``initial_state(key)`` and checkpointed by inorder after
+every micro-batch. Output rows are instances of the processor's ``Out`` type; inorder adds the
+``topic``, ``partition``, ``offset`` and ``batch_id`` columns to every row itself.
+
+Pitfalls worth knowing:
+
+* ``process`` must be deterministic for a given state and record (no wall clock, no random
+  numbers): after a crash a micro-batch is re-run and must produce the same rows, or the
+  exactly-once guarantee of the output turns into "one of two different answers".
+  Use ``ctx.processing_time`` (fixed per micro-batch, recorded in the checkpoint) instead of
+  ``datetime.now()``.
+* State objects are mutated in place and written back after each micro-batch, so the state
+  type must be mutable (a plain dataclass, a non-frozen ``msgspec.Struct``). To start a key
+  over, call ``ctx.reset_session()``: the next record for the key gets ``initial_state``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Generic, Protocol, TypeVar
+
+Msg = TypeVar("Msg")
+State = TypeVar("State")
+Out = TypeVar("Out")
+
+Header = tuple[str, bytes | None]
+
+
+class Context(Protocol):
+    """Where the current record came from, and the controls a processor has over its key.
+
+    In :meth:`Processor.on_timeout` the record fields describe the last record applied to the
+    key (so a row emitted by a timeout still names a real Kafka offset).
+    """
+
+    @property
+    def topic(self) -> str:
+        """Kafka topic of the record."""
+        ...
+
+    @property
+    def partition(self) -> int:
+        """Kafka partition of the record."""
+        ...
+
+    @property
+    def offset(self) -> int:
+        """Kafka offset of the record."""
+        ...
+
+    @property
+    def timestamp(self) -> datetime | None:
+        """Kafka record timestamp (UTC), if the broker gave one."""
+        ...
+
+    @property
+    def key(self) -> bytes | None:
+        """Raw Kafka record key."""
+        ...
+
+    @property
+    def headers(self) -> Sequence[Header]:
+        """Kafka record headers (empty unless the source includes them)."""
+        ...
+
+    @property
+    def watermark(self) -> datetime | None:
+        """Event-time watermark of this partition: max event time seen minus allowed lateness."""
+        ...
+
+    @property
+    def processing_time(self) -> datetime:
+        """Processing time of the micro-batch (fixed per batch, stable across re-runs)."""
+        ...
+
+    @property
+    def batch_id(self) -> int:
+        """Micro-batch id."""
+        ...
+
+    def set_timeout(self, when: timedelta | datetime, *, event_time: bool = False) -> None:
+        """Call :meth:`Processor.on_timeout` for this key once ``when`` has passed.
+
+        ``when`` is a delay from now (processing time, or the record's event time when
+        ``event_time`` is true) or an absolute instant. Processing-time timeouts fire at the
+        end of the first micro-batch whose processing time is past the deadline (also in
+        micro-batches with no new records); event-time timeouts fire as soon as the
+        partition's watermark passes the deadline. A key has at most one timeout: setting a
+        new one replaces the old.
+        """
+        ...
+
+    def clear_timeout(self) -> None:
+        """Cancel this key's pending timeout."""
+        ...
+
+    def reset_session(self) -> None:
+        """Drop this key's state after the current call; the next record starts afresh."""
+        ...
+
+
+class Violation(Exception):  # noqa: N818 - it is a finding, not a program error
+    """Raised by :meth:`Processor.process` when a message breaks an integrity rule of its key.
+
+    The engine handles it by the pipeline's policy (``fail``, ``restart_session``,
+    ``dead_letter``); the key's state is left as it was before the call.
+    """
+
+    def __init__(self, rule: str, detail: str) -> None:
+        super().__init__(f"{rule}: {detail}")
+        self.rule = rule
+        self.detail = detail
+
+
+class Processor(abc.ABC, Generic[Msg, State, Out]):
+    """A typed, ordered, stateful function from decoded messages to output rows.
+
+    Subclass it with concrete types, e.g. ``class RunningMean(Processor[Reading, Stats, Row])``.
+    The types are read at pipeline start: ``State`` must be a dataclass, a ``msgspec.Struct``
+    or a pydantic model; ``Out`` defines the output schema (see :mod:`inorder.schema`).
+    """
+
+    @abc.abstractmethod
+    def key(self, msg: Msg) -> str:
+        """The state key of a message (e.g. its session id)."""
+
+    @abc.abstractmethod
+    def initial_state(self, key: str) -> State:
+        """A fresh state for a key that has none."""
+
+    @abc.abstractmethod
+    def process(self, state: State, msg: Msg, ctx: Context) -> Iterable[Out]:
+        """Apply one message to its key's state (mutating it) and yield output rows."""
+
+    def on_timeout(self, state: State, key: str, ctx: Context) -> Iterable[Out]:
+        """Called once when this key's timeout is due. Default: emit nothing, keep state."""
+        return ()
+
+    def starts_session(self, msg: Msg) -> bool:
+        """Whether ``msg`` begins a new session (e.g. a snapshot).
+
+        Under the ``restart_session`` policy a key that broke a rule is ignored until a
+        message for which this returns true. Default: never (the key stays ignored).
+        """
+        return False
+
+    def on_reset(self, key: str, violation: Violation, ctx: Context) -> Iterable[Out]:
+        """Rows to emit when the engine drops a key's state after a violation (default none)."""
+        return ()
+
+    def event_time(self, msg: Msg, ctx: Context) -> datetime | None:
+        """Event time of a message, for the watermark. Default: the Kafka timestamp."""
+        return ctx.timestamp

@@ -1,0 +1,76 @@
+"""The sink contract: executors write a micro-batch's files, the driver commits the batch once.
+
+Exactly-once rests on two rules:
+
+* A task writes only *staged* files that no reader treats as part of the dataset, and reports
+  them as :class:`WrittenFile` descriptors (small; collected to the driver).
+* :meth:`Sink.commit` publishes exactly the reported files of batch ``batch_id`` atomically and
+  idempotently: committing a batch that is already committed changes nothing and returns
+  ``False``. Files staged by failed attempts are never published and are cleaned up.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+
+class SinkError(Exception):
+    """A sink cannot be used (unwritable path, bad credentials, missing bucket...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenFile:
+    """A staged file written by a task, waiting for its batch's commit."""
+
+    path: str
+    """Location of the staged file, relative to the sink's root."""
+    rows: int
+    size_bytes: int
+    partition_values: dict[str, str | None] = field(default_factory=dict)
+
+
+class BatchWriter(abc.ABC):
+    """Executor side: buffers Arrow data of one task and writes staged files."""
+
+    @abc.abstractmethod
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Add rows (schema as given to :meth:`Sink.open_writer`)."""
+
+    @abc.abstractmethod
+    def close(self) -> list[WrittenFile]:
+        """Flush and return the staged files written."""
+
+    @abc.abstractmethod
+    def abort(self) -> None:
+        """Delete whatever this writer staged."""
+
+
+class Sink(abc.ABC):
+    """A destination for output rows. Instances are pickled to executors: keep them small."""
+
+    @abc.abstractmethod
+    def check(self, schema: pa.Schema) -> None:
+        """Driver, before the first batch: fail with :class:`SinkError` if unusable."""
+
+    @abc.abstractmethod
+    def open_writer(self, schema: pa.Schema, batch_id: int, task_key: str) -> BatchWriter:
+        """Executor: a writer for one task's rows of ``batch_id``.
+
+        ``task_key`` is unique per task attempt (e.g. ``"<topic>-<partition>-<uuid>"``).
+        """
+
+    @abc.abstractmethod
+    def commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
+        """Driver: publish the batch; ``False`` when it was already committed (nothing done)."""
+
+    @abc.abstractmethod
+    def is_committed(self, batch_id: int) -> bool:
+        """Driver: whether ``batch_id`` has been committed."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """One line for humans (no credentials)."""
