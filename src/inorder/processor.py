@@ -141,6 +141,14 @@ class Processor(abc.ABC, Generic[Msg, State, Out]):
         """Called once when this key's timeout is due. Default: emit nothing, keep state."""
         return ()
 
+    def record_key(self, kafka_key: bytes | None) -> str | None:
+        """The state key to blame for a record that could not be decoded into a message.
+
+        Default: none (the violation is reported for the partition only). Processors whose
+        Kafka key is the state key (e.g. a session id) return it decoded.
+        """
+        return None
+
     def starts_session(self, msg: Msg) -> bool:
         """Whether ``msg`` begins a new session (e.g. a snapshot).
 
