@@ -45,9 +45,7 @@ class Integrity:
             raise ValueError("lateness must not be negative")
 
     @classmethod
-    def strict(
-        cls, on_violation: Policy = "fail", sequence_field: str | None = None
-    ) -> Integrity:
+    def strict(cls, on_violation: Policy = "fail", sequence_field: str | None = None) -> Integrity:
         """Exact offset order, no loss, no undecodable records; optional sequence checks."""
         return cls("strict", on_violation, sequence_field)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, get_args, get_origin
 
 Msg = TypeVar("Msg")
 State = TypeVar("State")
@@ -104,7 +104,7 @@ class Context(Protocol):
         ...
 
 
-class Violation(Exception):  # noqa: N818 - it is a finding, not a program error
+class Violation(Exception):
     """Raised by :meth:`Processor.process` when a message breaks an integrity rule of its key.
 
     The engine handles it by the pipeline's policy (``fail``, ``restart_session``,
@@ -164,3 +164,39 @@ class Processor(abc.ABC, Generic[Msg, State, Out]):
     def event_time(self, msg: Msg, ctx: Context) -> datetime | None:
         """Event time of a message, for the watermark. Default: the Kafka timestamp."""
         return ctx.timestamp
+
+
+class ProcessorTypes(NamedTuple):
+    """The concrete ``Msg``, ``State`` and ``Out`` types of a processor."""
+
+    msg: Any
+    state: Any
+    out: Any
+
+
+def processor_types(processor: Processor[Any, Any, Any]) -> ProcessorTypes:
+    """Read ``Msg``/``State``/``Out`` from the processor class's ``Processor[...]`` base.
+
+    A processor may instead set the class attributes ``msg_type``, ``state_type`` and
+    ``out_type`` (useful when the types are built at run time); those win.
+    """
+    found: tuple[Any, ...] | None = None
+    for klass in type(processor).__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            if get_origin(base) is Processor:
+                args = get_args(base)
+                if args and not any(isinstance(a, TypeVar) for a in args):
+                    found = args
+                    break
+        if found:
+            break
+    explicit = [getattr(processor, n, None) for n in ("msg_type", "state_type", "out_type")]
+    if found is None and not all(explicit):
+        raise TypeError(
+            f"{type(processor).__name__}: cannot tell its message, state and output types; "
+            "subclass Processor[Msg, State, Out] with concrete types"
+        )
+    base_types = found or (None, None, None)
+    return ProcessorTypes(
+        *(e if e is not None else b for e, b in zip(explicit, base_types, strict=True))
+    )

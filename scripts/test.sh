@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Set up and run every check: ruff, mypy --strict on the package, and the pytest suite
+# (against a real local broker, S3 server and Spark, all started by the test fixtures).
+# Extra arguments go to pytest, e.g. scripts/test.sh -m "not slow" tests/unit
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+VENV=${INORDER_VENV:-.venv}
+export PYSPARK_PYTHON="$PWD/$VENV/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/$VENV/bin/python"
+
+echo "== ruff"
+"$VENV/bin/ruff" check src tests bench examples
+echo "== mypy --strict (package)"
+"$VENV/bin/mypy" --strict src/inorder
+echo "== pytest"
+set +e
+"$VENV/bin/python" -m pytest -p no:cacheprovider "$@"
+code=$?
+set -e
+if [ "$code" = "5" ]; then
+  echo "error: no test ran" >&2
+  exit 1
+fi
+exit "$code"

@@ -1,0 +1,284 @@
+"""Pipeline files (TOML) and ``module:attribute`` references, validated before anything runs.
+
+Every problem is reported as one :class:`~inorder.errors.ConfigError` line naming the section
+and key (with a did-you-mean for unknown keys), before Spark or Kafka are touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import importlib
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from inorder.durations import parse_duration
+from inorder.errors import ConfigError
+from inorder.integrity import POLICIES, Integrity
+from inorder.pipeline.settings import SECTIONS
+
+Config = dict[str, dict[str, Any]]
+
+TIERS = ("strict", "fuzzy", "none")
+TRIGGER_WORDS = ("available-now", "once")
+PROGRESS_MODES = ("auto", "rich", "plain", "json", "quiet")
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def load_toml(path: str | Path) -> Config:
+    """Read a pipeline TOML file; syntax errors name the file and line."""
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"pipeline file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return validate(data, origin=str(path))
+
+
+def validate(data: Mapping[str, Any], origin: str = "pipeline") -> Config:
+    """Check sections, keys and types; fill defaults; return the resolved configuration."""
+    resolved: Config = {}
+    for section in data:
+        if section not in SECTIONS:
+            raise ConfigError(
+                f"{origin}: unknown section [{section}]{_did_you_mean(section, list(SECTIONS))}"
+            )
+    for section, settings in SECTIONS.items():
+        given = data.get(section, {})
+        if not isinstance(given, Mapping):
+            raise ConfigError(f"{origin}: [{section}] must be a table")
+        values: dict[str, Any] = {}
+        for key, value in given.items():
+            if key not in settings:
+                raise ConfigError(
+                    f"{origin}: unknown key {section}.{key}{_did_you_mean(key, list(settings))}"
+                )
+            setting = settings[key]
+            if isinstance(value, bool) and setting.type is not bool:
+                ok = False
+            else:
+                ok = isinstance(value, setting.type)
+            if not ok:
+                raise ConfigError(
+                    f"{origin}: {section}.{key} must be a {setting.type_name}, "
+                    f"not {type(value).__name__} {value!r}"
+                )
+            values[key] = value
+        for key, setting in settings.items():
+            if key not in values:
+                if setting.required and (section in data or section == "processor"):
+                    raise ConfigError(f"{origin}: missing required setting {section}.{key}")
+                values[key] = copy.deepcopy(setting.default)
+        resolved[section] = values
+    if not resolved["sink"]["path"]:
+        raise ConfigError(f"{origin}: missing required setting sink.path")
+    _check_values(resolved, origin)
+    return resolved
+
+
+def _check_values(config: Config, origin: str) -> None:
+    pipeline, source, integrity = config["pipeline"], config["source"], config["integrity"]
+    trigger = pipeline["trigger"].strip().lower()
+    if trigger not in TRIGGER_WORDS:
+        try:
+            parse_duration(trigger)
+        except ValueError as exc:
+            raise ConfigError(
+                f"{origin}: pipeline.trigger: {exc}; or 'available-now' / 'once'"
+            ) from None
+    for section, key in (
+        ("pipeline", "tick_interval"),
+        ("source", "topic_discovery_interval"),
+        ("integrity", "lateness"),
+    ):
+        text = config[section][key]
+        if text:
+            try:
+                parse_duration(text)
+            except ValueError as exc:
+                raise ConfigError(f"{origin}: {section}.{key}: {exc}") from None
+    if pipeline["backend"] != "partition":
+        raise ConfigError(
+            f"{origin}: pipeline.backend must be 'partition', not {pipeline['backend']!r}"
+        )
+    if pipeline["progress"] not in PROGRESS_MODES:
+        raise ConfigError(f"{origin}: pipeline.progress must be one of {', '.join(PROGRESS_MODES)}")
+    if bool(source["topic_pattern"]) == bool(source["topics"]):
+        raise ConfigError(f"{origin}: set exactly one of source.topic_pattern and source.topics")
+    if source["max_offsets_per_trigger"] < 0:
+        raise ConfigError(f"{origin}: source.max_offsets_per_trigger must be >= 0")
+    if integrity["tier"] and integrity["tier"] not in TIERS:
+        raise ConfigError(
+            f"{origin}: integrity.tier must be one of {', '.join(TIERS)}"
+            f"{_did_you_mean(integrity['tier'], list(TIERS))}"
+        )
+    if integrity["on_violation"] and integrity["on_violation"] not in POLICIES:
+        raise ConfigError(
+            f"{origin}: integrity.on_violation must be one of "
+            f"{', '.join(POLICIES)}"
+            f"{_did_you_mean(integrity['on_violation'], list(POLICIES))}"
+        )
+    if config["sink"]["type"] not in ("parquet", "delta"):
+        raise ConfigError(f"{origin}: sink.type must be 'parquet' or 'delta'")
+    if config["sink"]["target_file_size"] <= 0:
+        raise ConfigError(f"{origin}: sink.target_file_size must be > 0")
+
+
+def import_reference(reference: str, what: str) -> Any:
+    """Import ``module:attribute`` (the current directory is importable)."""
+    module_name, sep, attribute = reference.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigError(f"{what}: expected 'module:attribute', not {reference!r}")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{what}: cannot import module {module_name!r}: {exc}") from None
+    target: Any = module
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ConfigError(f"{what}: module {module_name!r} has no {attribute!r}") from None
+    return target
+
+
+def _make_processor(config: Config) -> Any:
+    spec = config["processor"]
+    options = dict(spec["options"])
+    if spec["type"] == "sessions":
+        from inorder.sessions import SessionTables
+
+        factory: Any = SessionTables
+        if "inactivity_timeout" in options and isinstance(options["inactivity_timeout"], str):
+            options["inactivity_timeout"] = parse_duration(options["inactivity_timeout"])
+    else:
+        factory = import_reference(spec["type"], "processor.type")
+    try:
+        return factory(**options)
+    except TypeError as exc:
+        raise ConfigError(f"processor.options: {exc}") from None
+
+
+def _make_codec(config: Config, processor: Any) -> Any:
+    kind = config["codec"]["type"]
+    if not kind:
+        return None
+    if kind == "raw":
+        from inorder.codecs.raw import RawCodec
+
+        return RawCodec()
+    if kind == "json":
+        from inorder.codecs.json import JsonCodec
+        from inorder.processor import processor_types
+
+        return JsonCodec(processor_types(processor).msg)
+    codec = import_reference(kind, "codec.type")
+    return codec() if isinstance(codec, type) else codec
+
+
+def _make_integrity(config: Config, processor: Any) -> Integrity | None:
+    spec = config["integrity"]
+    if not spec["tier"] and not spec["on_violation"] and not spec["sequence_field"]:
+        return None
+    default = getattr(processor, "default_integrity", None)
+    base: Integrity = default() if callable(default) else Integrity.strict()
+    return Integrity(
+        tier=spec["tier"] or base.tier,
+        on_violation=spec["on_violation"] or base.on_violation,
+        sequence_field=spec["sequence_field"] or base.sequence_field,
+        lateness=parse_duration(spec["lateness"]) if spec["lateness"] else base.lateness,
+    )
+
+
+def _make_sink(spec: Mapping[str, Any]) -> Any:
+    storage = dict(spec["storage_options"]) or None
+    if spec["type"] == "delta":
+        from inorder.sinks.delta import DeltaSink
+
+        return DeltaSink(
+            spec["path"], partition_by=list(spec["partition_by"]), storage_options=storage
+        )
+    from inorder.sinks.parquet import ParquetSink
+
+    return ParquetSink(
+        spec["path"],
+        partition_by=list(spec["partition_by"]),
+        compression=spec["compression"],
+        target_file_size=spec["target_file_size"],
+        storage_options=storage,
+    )
+
+
+def _make_source(spec: Mapping[str, Any]) -> Any:
+    from inorder.kafka.api import KafkaSource
+
+    bootstrap = spec["bootstrap_servers"]
+    if not bootstrap:
+        from inorder.dev.endpoints import kafka_bootstrap_servers
+
+        bootstrap = kafka_bootstrap_servers()
+    return KafkaSource(
+        bootstrap_servers=bootstrap,
+        topic_pattern=spec["topic_pattern"] or None,
+        topics=list(spec["topics"]) or None,
+        starting_offsets=spec["starting_offsets"],
+        max_offsets_per_trigger=spec["max_offsets_per_trigger"] or None,
+        fail_on_data_loss=spec["fail_on_data_loss"],
+        include_headers=spec["include_headers"],
+        topic_discovery_interval=spec["topic_discovery_interval"],
+        kafka_options=dict(spec["kafka"]),
+    )
+
+
+def build_pipeline(config: Config) -> Any:
+    """Turn a validated configuration into a :class:`~inorder.pipeline.pipeline.Pipeline`."""
+    from inorder.pipeline.pipeline import Pipeline
+
+    pipeline = config["pipeline"]
+    processor = _make_processor(config)
+    sink = _make_sink(config["sink"])
+    dead_letter = None
+    if config["dead_letter"]["path"]:
+        dead_letter = _make_sink(
+            {**config["sink"], "path": config["dead_letter"]["path"], "partition_by": ["topic"]}
+        )
+    tick = pipeline["tick_interval"]
+    return Pipeline(
+        source=_make_source(config["source"]),
+        processor=processor,
+        sink=sink,
+        checkpoint=pipeline["checkpoint"].replace("<name>", pipeline["name"]),
+        codec=_make_codec(config, processor),
+        integrity=_make_integrity(config, processor),
+        trigger=pipeline["trigger"],
+        backend=pipeline["backend"],
+        dead_letter=dead_letter,
+        name=pipeline["name"],
+        spark_master=config["spark"]["master"],
+        spark_conf={str(k): str(v) for k, v in config["spark"]["conf"].items()},
+        progress=pipeline["progress"],
+        tick_interval=parse_duration(tick) if tick else None,
+    )
+
+
+def load_pipeline(reference: str, overrides: Mapping[str, Any] | None = None) -> Any:
+    """A pipeline from a TOML file path or a ``module:attribute`` (a Pipeline or a factory)."""
+    if reference.endswith(".toml") or Path(reference).is_file():
+        config = load_toml(reference)
+        for dotted, value in (overrides or {}).items():
+            section, _, key = dotted.partition(".")
+            config[section][key] = value
+        return build_pipeline(config)
+    target = import_reference(reference, "pipeline")
+    return target() if callable(target) and not hasattr(target, "run") else target

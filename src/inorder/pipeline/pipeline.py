@@ -1,0 +1,78 @@
+"""``Pipeline``: one object wiring source, codec, processor, integrity, sink and checkpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Literal
+
+from inorder.integrity import Integrity
+from inorder.processor import Msg, Out, Processor, State
+from inorder.sinks.base import Sink
+
+if TYPE_CHECKING:
+    from inorder.codecs.base import Codec
+    from inorder.kafka.api import KafkaSource
+    from inorder.pipeline.progress import RunSummary
+
+Backend = Literal["partition"]
+BACKENDS: tuple[str, ...] = ("partition",)
+
+
+@dataclass
+class Pipeline(Generic[Msg, State, Out]):
+    """A stateful, ordered streaming job from Kafka to a sink.
+
+    ``trigger`` is an interval ("15 minutes"), ``"available-now"`` (process what is in Kafka
+    now, in bounded batches, then return) or ``"once"``. Codec and integrity default to the
+    processor's own (``default_codec()`` / ``default_integrity()``) or JSON into the
+    processor's message type and ``Integrity.strict()``.
+    """
+
+    source: KafkaSource
+    processor: Processor[Msg, State, Out]
+    sink: Sink
+    checkpoint: str | Path
+    codec: Codec[Msg] | None = None
+    integrity: Integrity | None = None
+    trigger: str = "10 seconds"
+    backend: Backend = "partition"
+    dead_letter: Sink | None = None
+    name: str = "inorder"
+    spark_master: str = "local[*]"
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    progress: str = "auto"
+    tick_interval: timedelta | None = None
+
+    def resolved_codec(self) -> Codec[Msg]:
+        """The codec to use: given, the processor's default, or JSON into its message type."""
+        if self.codec is not None:
+            return self.codec
+        default = getattr(self.processor, "default_codec", None)
+        if callable(default):
+            codec: Codec[Msg] = default()
+            return codec
+        from inorder.codecs.json import JsonCodec
+        from inorder.processor import processor_types
+
+        msg_type = processor_types(self.processor).msg
+        json_codec: Codec[Msg] = JsonCodec(msg_type)
+        return json_codec
+
+    def resolved_integrity(self) -> Integrity:
+        """The integrity to enforce: given, the processor's default, or strict/fail."""
+        if self.integrity is not None:
+            return self.integrity
+        default = getattr(self.processor, "default_integrity", None)
+        if callable(default):
+            integrity: Integrity = default()
+            return integrity
+        return Integrity.strict()
+
+    def run(self, **runner_options: Any) -> RunSummary:
+        """Run until the trigger says stop (available-now/once) or a signal; return a summary."""
+        from inorder.pipeline.runner import PipelineRunner
+
+        return PipelineRunner(self, **runner_options).run()

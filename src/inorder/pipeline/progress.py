@@ -1,0 +1,193 @@
+"""Progress output: one line per trigger for humans (rich or plain), JSON lines for machines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol, TextIO
+
+ProgressMode = Literal["auto", "rich", "plain", "json", "quiet"]
+
+
+@dataclass(slots=True)
+class BatchProgress:
+    """What one micro-batch did, for the progress line."""
+
+    batch_id: int
+    records: int
+    records_per_second: float
+    duration_seconds: float
+    lag: int | None
+    state_keys: int
+    output_rows: int
+    output_files: int
+    violations: dict[str, int] = field(default_factory=dict)
+    committed: bool = True
+
+
+@dataclass(slots=True)
+class RunSummary:
+    """What a whole run did; printed at the end and returned by ``Pipeline.run()``."""
+
+    batches: int = 0
+    records: int = 0
+    output_rows: int = 0
+    output_files: int = 0
+    violations: dict[str, int] = field(default_factory=dict)
+    last_batch_id: int | None = None
+    stopped_because: str = ""
+    seconds: float = 0.0
+    output: str = ""
+
+    def add(self, batch: BatchProgress) -> None:
+        """Account for one finished batch."""
+        self.batches += 1
+        self.records += batch.records
+        self.output_rows += batch.output_rows
+        self.output_files += batch.output_files
+        self.last_batch_id = batch.batch_id
+        for rule, count in batch.violations.items():
+            self.violations[rule] = self.violations.get(rule, 0) + count
+
+
+class ProgressReporter(Protocol):
+    """Where progress goes."""
+
+    def batch(self, progress: BatchProgress) -> None:
+        """One finished micro-batch."""
+        ...
+
+    def info(self, text: str) -> None:
+        """A human note (start, stop)."""
+        ...
+
+    def summary(self, summary: RunSummary) -> None:
+        """The end of the run."""
+        ...
+
+
+def _violations_text(violations: dict[str, int]) -> str:
+    if not violations:
+        return "0"
+    return ",".join(f"{rule}={count}" for rule, count in sorted(violations.items()))
+
+
+def format_batch(p: BatchProgress) -> str:
+    """The plain one-line form of a batch's progress."""
+    lag = "?" if p.lag is None else f"{p.lag:,}"
+    return (
+        f"batch {p.batch_id:>5}  records {p.records:>9,}  {p.records_per_second:>10,.0f} rec/s  "
+        f"lag {lag:>9}  state keys {p.state_keys:>8,}  out rows {p.output_rows:>9,}  "
+        f"files {p.output_files:>3}  violations {_violations_text(p.violations)}  "
+        f"({p.duration_seconds:.2f} s)"
+    )
+
+
+def format_summary(s: RunSummary) -> str:
+    """The plain multi-line summary of a run."""
+    lines = [
+        f"stopped: {s.stopped_because}",
+        f"batches: {s.batches} (last batch id {s.last_batch_id})",
+        f"records: {s.records:,} in {s.seconds:.1f} s",
+        f"output rows: {s.output_rows:,} in {s.output_files:,} files",
+        f"integrity events: {_violations_text(s.violations)}",
+    ]
+    if s.output:
+        lines.append(f"output: {s.output}")
+    return "\n".join(lines)
+
+
+class PlainReporter:
+    """Plain text lines on stderr (stdout stays free for results)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream or sys.stderr
+
+    def batch(self, progress: BatchProgress) -> None:
+        """Print the batch line."""
+        print(format_batch(progress), file=self._stream, flush=True)
+
+    def info(self, text: str) -> None:
+        """Print a note."""
+        print(text, file=self._stream, flush=True)
+
+    def summary(self, summary: RunSummary) -> None:
+        """Print the summary."""
+        print(format_summary(summary), file=self._stream, flush=True)
+
+
+class RichReporter(PlainReporter):
+    """The same lines, coloured by rich when on a terminal."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from rich.console import Console
+
+        self._console = Console(stderr=True, highlight=False)
+
+    def batch(self, progress: BatchProgress) -> None:
+        """Print the batch line, violations in red."""
+        style = "red" if progress.violations else None
+        self._console.print(format_batch(progress), style=style, markup=False)
+
+    def info(self, text: str) -> None:
+        """Print a note, dimmed."""
+        self._console.print(text, style="dim", markup=False)
+
+    def summary(self, summary: RunSummary) -> None:
+        """Print the summary in bold."""
+        self._console.print(format_summary(summary), style="bold", markup=False)
+
+
+class JsonReporter:
+    """JSON lines on stdout: {"event": "batch"|"info"|"summary", ...}."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream or sys.stdout
+
+    def _emit(self, event: str, payload: dict[str, Any]) -> None:
+        print(
+            json.dumps({"event": event, **payload}, sort_keys=True), file=self._stream, flush=True
+        )
+
+    def batch(self, progress: BatchProgress) -> None:
+        """Emit a batch event."""
+        self._emit("batch", asdict(progress))
+
+    def info(self, text: str) -> None:
+        """Emit an info event."""
+        self._emit("info", {"message": text})
+
+    def summary(self, summary: RunSummary) -> None:
+        """Emit the summary event."""
+        self._emit("summary", asdict(summary))
+
+
+class QuietReporter:
+    """Nothing but errors."""
+
+    def batch(self, progress: BatchProgress) -> None:
+        """Say nothing."""
+
+    def info(self, text: str) -> None:
+        """Say nothing."""
+
+    def summary(self, summary: RunSummary) -> None:
+        """Say nothing."""
+
+
+def make_reporter(mode: str) -> ProgressReporter:
+    """The reporter for a progress mode ("auto" picks rich on a terminal, plain otherwise)."""
+    if mode == "auto":
+        mode = "rich" if sys.stderr.isatty() else "plain"
+    reporters: dict[str, type[Any]] = {
+        "rich": RichReporter,
+        "plain": PlainReporter,
+        "json": JsonReporter,
+        "quiet": QuietReporter,
+    }
+    if mode not in reporters:
+        raise ValueError(f"progress must be one of auto, {', '.join(reporters)}; not {mode!r}")
+    reporter: ProgressReporter = reporters[mode]()
+    return reporter

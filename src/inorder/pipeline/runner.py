@@ -1,0 +1,279 @@
+"""Running a :class:`~inorder.pipeline.pipeline.Pipeline` as a Spark structured streaming query.
+
+The query is ``source -> foreachBatch``; inside each micro-batch the backend applies the
+processor (one task per topic-partition, no shuffle), stages output files and state, and the
+driver commits the sink. Spark's own checkpoint (``<checkpoint>/spark``) records which offsets
+belong to which batch id; inorder's (``<checkpoint>/engine``) holds state versioned by batch id,
+so a batch re-run after a crash sees exactly the state it saw the first time.
+
+Stopping: SIGINT/SIGTERM ask for a stop; the runner waits for the running batch to finish and
+stops the query between triggers. A batch that has started is either finished and committed
+or re-run by the next start: never half-applied.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from inorder.durations import parse_duration
+from inorder.errors import ConfigError, InorderError
+from inorder.pipeline.progress import (
+    BatchProgress,
+    ProgressReporter,
+    RunSummary,
+    make_reporter,
+)
+
+if TYPE_CHECKING:
+    from inorder.pipeline.pipeline import Pipeline
+
+
+class _StopRequested(Exception):
+    """Raised inside foreachBatch to end the query before a batch starts any work."""
+
+
+class PipelineRunner:
+    """Runs one pipeline to completion (available-now/once) or until stopped."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline[Any, Any, Any],
+        reporter: ProgressReporter | None = None,
+        handle_signals: bool = True,
+        stop_after_batches: int | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.reporter = reporter or make_reporter(pipeline.progress)
+        self.handle_signals = handle_signals
+        self.stop_after_batches = stop_after_batches
+        self._stop = threading.Event()
+        self._in_batch = threading.Lock()
+        self._failure: BaseException | None = None
+        self._reports: dict[int, Any] = {}
+        self._batches_done = 0
+        self._spark: Any = None
+        self._backend: Any = None
+
+    # -- paths -------------------------------------------------------------------------------
+
+    @property
+    def checkpoint(self) -> str:
+        """The checkpoint root as a string."""
+        return str(self.pipeline.checkpoint)
+
+    def _check_checkpoint_writable(self) -> None:
+        root = self.checkpoint
+        if "://" in root and not root.startswith("file://"):
+            return  # remote filesystems are checked by the backend when it opens the store
+        path = Path(root.removeprefix("file://"))
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / ".inorder-write-probe"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(f"checkpoint {root!r} is not writable: {exc.strerror}") from None
+
+    # -- building ----------------------------------------------------------------------------
+
+    def _make_backend(self) -> Any:
+        p = self.pipeline
+        if p.backend != "partition":
+            raise ConfigError(f"backend {p.backend!r} is not available; use 'partition'")
+        from inorder.engine.partition import PartitionBackend
+
+        return PartitionBackend(
+            p.processor,
+            p.resolved_codec(),
+            p.resolved_integrity(),
+            checkpoint=f"{self.checkpoint.rstrip('/')}/engine",
+            sink=p.sink,
+            dead_letter_sink=p.dead_letter,
+        )
+
+    def _trigger_kwargs(self) -> dict[str, Any]:
+        trigger = self.pipeline.trigger.strip().lower()
+        if trigger in ("available-now", "available_now", "availablenow"):
+            return {"availableNow": True}
+        if trigger == "once":
+            return {"once": True}
+        try:
+            interval = parse_duration(trigger)
+        except ValueError as exc:
+            raise ConfigError(f"trigger: {exc}; or 'available-now' / 'once'") from None
+        return {"processingTime": f"{int(interval.total_seconds() * 1000)} milliseconds"}
+
+    def _source_options(self) -> dict[str, str]:
+        options = {"inorder.partitionMarkers": "true"}
+        tick = self.pipeline.tick_interval
+        if tick is not None and "processingTime" in self._trigger_kwargs():
+            options["inorder.tickIntervalMs"] = str(int(tick.total_seconds() * 1000))
+        return options
+
+    # -- the batch function (runs on the driver, called by Spark per micro-batch) ------------
+
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        if self._stop.is_set():
+            self._quiet_spark()
+            raise _StopRequested()
+        with self._in_batch:
+            try:
+                report = self._backend.run_batch(df, batch_id)
+            except BaseException as exc:
+                self._failure = exc
+                self._quiet_spark()
+                raise
+            self._reports[batch_id] = report
+            self._batches_done += 1
+            if self.stop_after_batches is not None and (
+                self._batches_done >= self.stop_after_batches
+            ):
+                self._stop.set()
+
+    def _quiet_spark(self) -> None:
+        # Spark logs the failing query with a JVM stack trace at ERROR level; the runner
+        # reports the cause itself, in one line.
+        if self._spark is not None:
+            self._spark.sparkContext.setLogLevel("OFF")
+
+    # -- running -----------------------------------------------------------------------------
+
+    def run(self) -> RunSummary:
+        """Start the query, report progress, stop on signal or completion; return a summary."""
+        from inorder.pipeline.spark import build_spark_session
+
+        started = time.monotonic()
+        p = self.pipeline
+        summary = RunSummary(output=p.sink.describe())
+        self._check_checkpoint_writable()
+        self._backend = self._make_backend()
+        self._backend.check()
+        trigger = self._trigger_kwargs()
+        self.reporter.info(f"inorder: starting {p.name!r} on {p.spark_master}, {p.sink.describe()}")
+        self._spark = build_spark_session(
+            master=p.spark_master, app_name=p.name, conf=dict(p.spark_conf)
+        )
+        df = p.source.load(self._spark, extra_options=self._source_options())
+        query = (
+            df.writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", f"{self.checkpoint.rstrip('/')}/spark")
+            .queryName(p.name)
+            .trigger(**trigger)
+            .start()
+        )
+        restore = self._install_signal_handlers()
+        printed: set[int] = set()
+        try:
+            while query.isActive:
+                query.awaitTermination(0.5)
+                self._report_progress(query, printed, summary)
+                if self._stop.is_set() and query.isActive:
+                    with self._in_batch:
+                        self._quiet_spark()
+                        query.stop()
+                        summary.stopped_because = "stop requested"
+        finally:
+            restore()
+        self._report_progress(query, printed, summary)
+        summary.seconds = time.monotonic() - started
+        self._raise_failure(query)
+        if not summary.stopped_because:
+            summary.stopped_because = "caught up" if "processingTime" not in trigger else "ended"
+        if self._spark is not None:
+            self._spark.sparkContext.setLogLevel("ERROR")
+        self.reporter.summary(summary)
+        return summary
+
+    def _raise_failure(self, query: Any) -> None:
+        failure = self._failure
+        if isinstance(failure, InorderError):
+            raise failure
+        if failure is not None and not isinstance(failure, _StopRequested):
+            raise InorderError(f"micro-batch failed: {type(failure).__name__}: {failure}")
+        if self._stop.is_set():
+            return
+        exc = query.exception()
+        if exc is not None:
+            message = str(exc).strip().splitlines()
+            raise InorderError(f"query failed: {message[0] if message else exc!r}")
+
+    def _report_progress(self, query: Any, printed: set[int], summary: RunSummary) -> None:
+        for progress in query.recentProgress:
+            data = progress if isinstance(progress, dict) else _progress_dict(progress)
+            batch_id = int(data.get("batchId", -1))
+            report = self._reports.get(batch_id)
+            if report is None or batch_id in printed:
+                continue
+            printed.add(batch_id)
+            line = batch_progress(batch_id, report, data)
+            summary.add(line)
+            self.reporter.batch(line)
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def request_stop(signum: int, frame: FrameType | None) -> None:
+            if not self._stop.is_set():
+                self.reporter.info(
+                    f"inorder: {signal.Signals(signum).name} received: stopping after the "
+                    "current batch (again to force)"
+                )
+                self._stop.set()
+            else:
+                raise KeyboardInterrupt
+
+        previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+
+def _progress_dict(progress: Any) -> dict[str, Any]:
+    raw = getattr(progress, "json", None)
+    if callable(raw):
+        import json
+
+        loaded: dict[str, Any] = json.loads(raw())
+        return loaded
+    return dict(progress)
+
+
+def _lag(progress: dict[str, Any]) -> int | None:
+    try:
+        from inorder.kafka.lag import lag_from_progress
+    except ImportError:
+        return None
+    try:
+        return sum(lag_from_progress(progress).values())
+    except Exception:
+        return None
+
+
+def batch_progress(batch_id: int, report: Any, progress: dict[str, Any]) -> BatchProgress:
+    """Combine the backend's batch report with Spark's progress into a progress line."""
+    duration = float(getattr(report, "duration_seconds", 0.0)) or (
+        float(progress.get("durationMs", {}).get("triggerExecution", 0)) / 1000.0
+    )
+    records = int(getattr(report, "records", 0))
+    return BatchProgress(
+        batch_id=batch_id,
+        records=records,
+        records_per_second=records / duration if duration > 0 else 0.0,
+        duration_seconds=duration,
+        lag=_lag(progress),
+        state_keys=int(getattr(report, "state_keys", 0)),
+        output_rows=int(getattr(report, "output_rows", 0)),
+        output_files=int(getattr(report, "output_files", 0)),
+        violations=dict(getattr(report, "violations_by_rule", {}) or {}),
+        committed=bool(getattr(report, "committed", True)),
+    )

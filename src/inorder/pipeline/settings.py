@@ -1,0 +1,153 @@
+"""Every setting a pipeline file may hold: name, type, default and meaning.
+
+This table is the single source of truth for TOML validation (unknown keys, wrong types,
+missing required settings), for ``inorder run --print-config`` and for the configuration
+reference in ``docs/configuration.md`` (a test checks the two agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One key of a pipeline file section."""
+
+    type: type | tuple[type, ...]
+    default: Any
+    doc: str
+    required: bool = False
+
+    @property
+    def type_name(self) -> str:
+        """Human name of the accepted type(s), for error messages and docs."""
+        types = self.type if isinstance(self.type, tuple) else (self.type,)
+        names = {
+            str: "string",
+            int: "integer",
+            float: "number",
+            bool: "boolean",
+            list: "list",
+            dict: "table",
+        }
+        return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+NO_DEFAULT = None
+
+SECTIONS: dict[str, dict[str, Setting]] = {
+    "pipeline": {
+        "name": Setting(str, "inorder", "Name of the job (Spark application name, progress)."),
+        "checkpoint": Setting(
+            str,
+            ".inorder/checkpoints/<name>",
+            "Checkpoint directory: Spark offsets/commits and inorder state (local path or "
+            "shared filesystem).",
+        ),
+        "trigger": Setting(
+            str,
+            "10 seconds",
+            'When micro-batches run: an interval ("15 minutes"), "available-now" (process '
+            'everything available in bounded batches, then stop) or "once".',
+        ),
+        "backend": Setting(
+            str, "partition", 'Ordered engine backend: "partition" (shuffle-free, default).'
+        ),
+        "progress": Setting(
+            str,
+            "auto",
+            'Progress output: "auto" (rich on a terminal), "plain", "json" '
+            '(JSON lines on stdout) or "quiet".',
+        ),
+        "tick_interval": Setting(
+            str,
+            "",
+            "Run a micro-batch at least this often even without new records, so "
+            'processing-time timeouts fire (e.g. "30 seconds"; empty: only with data).',
+        ),
+    },
+    "source": {
+        "bootstrap_servers": Setting(
+            str,
+            "",
+            "Kafka bootstrap servers (default: INORDER_KAFKA_BOOTSTRAP_SERVERS or the "
+            "broker started by `inorder dev up`).",
+        ),
+        "topic_pattern": Setting(str, "", 'Regex of topics to subscribe to (e.g. "site-.*").'),
+        "topics": Setting(list, [], "Explicit list of topics (instead of topic_pattern)."),
+        "starting_offsets": Setting(
+            str, "earliest", 'Where a new query starts: "earliest", "latest" or JSON.'
+        ),
+        "max_offsets_per_trigger": Setting(
+            int, 0, "Upper bound of records per micro-batch (0: no bound)."
+        ),
+        "fail_on_data_loss": Setting(
+            bool, True, "Fail when records to read are gone (retention, deleted topic)."
+        ),
+        "include_headers": Setting(bool, False, "Read Kafka record headers."),
+        "topic_discovery_interval": Setting(
+            str, "30 seconds", "How often the topic pattern is re-evaluated."
+        ),
+        "kafka": Setting(
+            dict, {}, "Extra librdkafka/confluent-kafka settings (SASL/SSL...), passed through."
+        ),
+    },
+    "codec": {
+        "type": Setting(
+            str,
+            "",
+            '"json", "raw" or "module:attribute" of a Codec; empty: the '
+            "processor's default (JSON into its message type).",
+        ),
+    },
+    "processor": {
+        "type": Setting(
+            str, "", '"sessions" (built-in session tables) or "module:Class".', required=True
+        ),
+        "options": Setting(dict, {}, "Keyword arguments for the processor's constructor."),
+    },
+    "integrity": {
+        "tier": Setting(str, "", '"strict", "fuzzy" or "none" (default: the processor\'s).'),
+        "on_violation": Setting(
+            str,
+            "",
+            '"fail", "restart_session" or "dead_letter" (default: the '
+            "processor's; otherwise fail).",
+        ),
+        "sequence_field": Setting(str, "", "Message field holding the producer sequence."),
+        "lateness": Setting(str, "0 seconds", "Allowed event-time lateness (fuzzy tier)."),
+    },
+    "sink": {
+        "type": Setting(str, "parquet", '"parquet" or "delta".'),
+        "path": Setting(
+            str, "", "Output location: local path or s3://bucket/prefix.", required=True
+        ),
+        "partition_by": Setting(list, ["topic"], "Output columns to partition files by."),
+        "compression": Setting(str, "zstd", "Parquet compression codec."),
+        "target_file_size": Setting(int, 134217728, "Target size of output files in bytes."),
+        "storage_options": Setting(
+            dict,
+            {},
+            "Object store settings (endpoint, region...); credentials are better "
+            "given by the usual AWS_* environment variables.",
+        ),
+    },
+    "dead_letter": {
+        "path": Setting(
+            str,
+            "",
+            "Where records that broke a rule go under the dead_letter policy "
+            "(default: <sink path>/_dead_letter).",
+        ),
+    },
+    "spark": {
+        "master": Setting(
+            str,
+            "local[*]",
+            "Spark master: local[*], local-cluster[...], spark://host:port, k8s://...",
+        ),
+        "conf": Setting(dict, {}, "Spark configuration passed through (string values)."),
+    },
+}
