@@ -32,6 +32,10 @@ def _did_you_mean(word: str, choices: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _article(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
+
 def load_toml(path: str | Path) -> Config:
     """Read a pipeline TOML file; syntax errors name the file and line."""
     try:
@@ -69,7 +73,7 @@ def validate(data: Mapping[str, Any], origin: str = "pipeline") -> Config:
                 ok = isinstance(value, setting.type)
             if not ok:
                 raise ConfigError(
-                    f"{origin}: {section}.{key} must be a {setting.type_name}, "
+                    f"{origin}: {section}.{key} must be {_article(setting.type_name)} "
                     f"not {type(value).__name__} {value!r}"
                 )
             values[key] = value

@@ -151,3 +151,17 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         "conf": Setting(dict, {}, "Spark configuration passed through (string values)."),
     },
 }
+
+
+def reference_markdown() -> str:
+    """The settings tables of ``docs/configuration.md``, generated from :data:`SECTIONS`."""
+    out: list[str] = []
+    for section, settings in SECTIONS.items():
+        out.append(f"### [{section}]\n")
+        out.append("| key | type | default | meaning |")
+        out.append("|---|---|---|---|")
+        for key, setting in settings.items():
+            default = "required" if setting.required else f"`{setting.default!r}`"
+            out.append(f"| `{key}` | {setting.type_name} | {default} | {setting.doc} |")
+        out.append("")
+    return "\n".join(out)
