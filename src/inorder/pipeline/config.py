@@ -73,7 +73,7 @@ def validate(data: Mapping[str, Any], origin: str = "pipeline") -> Config:
                 ok = isinstance(value, setting.type)
             if not ok:
                 raise ConfigError(
-                    f"{origin}: {section}.{key} must be {_article(setting.type_name)} "
+                    f"{origin}: {section}.{key} must be {_article(setting.type_name)}, "
                     f"not {type(value).__name__} {value!r}"
                 )
             values[key] = value
