@@ -10,7 +10,17 @@ from collections.abc import Sequence
 from inorder.errors import InorderError
 
 #: Command modules; each defines ``register(subparsers) -> None`` and sets ``func`` defaults.
-COMMAND_MODULES = ("dev", "simulate", "run", "validate", "replay", "repair", "inspect", "compact")
+COMMAND_MODULES = (
+    "dev",
+    "simulate",
+    "run",
+    "demo",
+    "validate",
+    "replay",
+    "repair",
+    "inspect",
+    "compact",
+)
 
 EPILOG = """examples:
   inorder dev up                      start the local broker and S3 server

@@ -152,9 +152,12 @@ class PipelineRunner:
         p = self.pipeline
         summary = RunSummary(output=p.sink.describe())
         self._check_checkpoint_writable()
+        trigger = self._trigger_kwargs()
+        # Everything that can be wrong is checked before Spark starts: broker, options,
+        # output types, state compatibility, sink.
+        p.source.check(self._source_options())
         self._backend = self._make_backend()
         self._backend.check()
-        trigger = self._trigger_kwargs()
         self.reporter.info(f"inorder: starting {p.name!r} on {p.spark_master}, {p.sink.describe()}")
         self._spark = build_spark_session(
             master=p.spark_master, app_name=p.name, conf=dict(p.spark_conf)
