@@ -1,0 +1,165 @@
+"""Where the Kafka broker and the S3 store are, for every command and test.
+
+Resolution order, for each service separately:
+
+1. explicit environment variables (an external Kafka cluster, a real S3):
+   ``INORDER_KAFKA_BOOTSTRAP_SERVERS``; ``INORDER_S3_ENDPOINT`` with ``AWS_ACCESS_KEY_ID``,
+   ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION`` (default ``us-east-1``) and ``INORDER_S3_BUCKET``
+   (default ``inorder``);
+2. the dev services started by ``inorder dev up`` (``services.json`` in the state directory),
+   if their process is still running;
+3. otherwise :class:`~inorder.errors.ConfigError` saying how to fix it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from inorder.dev.s3util import S3Credentials
+from inorder.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow.fs
+
+ENV_KAFKA = "INORDER_KAFKA_BOOTSTRAP_SERVERS"
+ENV_S3_ENDPOINT = "INORDER_S3_ENDPOINT"
+ENV_S3_BUCKET = "INORDER_S3_BUCKET"
+ENV_STATE_DIR = "INORDER_STATE_DIR"
+ENV_ACCESS_KEY = "AWS_ACCESS_KEY_ID"
+ENV_SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
+ENV_REGION = "AWS_REGION"
+
+DEFAULT_STATE_DIR = Path(".inorder") / "dev"
+DEFAULT_REGION = "us-east-1"
+DEFAULT_BUCKET = "inorder"
+SERVICES_FILE = "services.json"
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """An S3 endpoint, credentials and the bucket inorder uses (secret kept out of ``repr``)."""
+
+    endpoint_url: str
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    region: str = DEFAULT_REGION
+    bucket: str = DEFAULT_BUCKET
+
+    def credentials(self) -> S3Credentials:
+        """The signing credentials for :mod:`inorder.dev.s3util`."""
+        return S3Credentials(
+            self.endpoint_url, self.access_key_id, self.secret_access_key, self.region
+        )
+
+    def storage_options(self) -> dict[str, str]:
+        """Options for deltalake / object_store (``DeltaTable(uri, storage_options=...)``)."""
+        options = {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
+            "AWS_REGION": self.region,
+        }
+        if self.endpoint_url.startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
+        return options
+
+    def pyarrow_fs(self) -> pyarrow.fs.S3FileSystem:
+        """A ``pyarrow.fs.S3FileSystem`` for this endpoint (paths are ``bucket/key``)."""
+        from pyarrow import fs
+
+        parsed = urllib.parse.urlsplit(self.endpoint_url)
+        return fs.S3FileSystem(
+            access_key=self.access_key_id,
+            secret_key=self.secret_access_key,
+            region=self.region,
+            endpoint_override=parsed.netloc,
+            scheme=parsed.scheme or "https",
+        )
+
+    def uri(self, key: str = "") -> str:
+        """``s3://bucket/key`` for a key in this bucket."""
+        return f"s3://{self.bucket}/{key.lstrip('/')}"
+
+
+def resolve_state_dir(state_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The dev-services state directory: argument, else ``$INORDER_STATE_DIR``, else default."""
+    if state_dir is not None:
+        return Path(state_dir)
+    env = os.environ.get(ENV_STATE_DIR)
+    return Path(env) if env else DEFAULT_STATE_DIR
+
+
+def read_services_file(state_dir: Path) -> dict[str, Any]:
+    """The parsed ``services.json`` of a state directory, ``{}`` if there is none."""
+    path = state_dir / SERVICES_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON (line {exc.lineno}): remove it") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} is not a JSON object: remove it")
+    return data
+
+
+def _running_entry(state_dir: Path, name: str) -> dict[str, Any] | None:
+    # Imported here: services imports this module for the file format.
+    from inorder.dev.services import process_alive
+
+    entry = read_services_file(state_dir).get(name)
+    if not isinstance(entry, dict) or not entry.get("pid"):
+        return None
+    if not process_alive(int(entry["pid"]), entry.get("start_time")):
+        return None
+    return entry
+
+
+def kafka_bootstrap_servers(state_dir: str | os.PathLike[str] | None = None) -> str:
+    """Bootstrap servers: ``$INORDER_KAFKA_BOOTSTRAP_SERVERS``, else the running dev broker."""
+    env = os.environ.get(ENV_KAFKA, "").strip()
+    if env:
+        return env
+    entry = _running_entry(resolve_state_dir(state_dir), "kafka")
+    if entry is None:
+        raise ConfigError(f"no Kafka broker configured: run `inorder dev up` or set {ENV_KAFKA}")
+    return str(entry["bootstrap_servers"])
+
+
+def s3_settings(state_dir: str | os.PathLike[str] | None = None) -> S3Settings:
+    """S3 settings: ``$INORDER_S3_ENDPOINT`` (+ ``AWS_*``), else the running dev S3 server."""
+    endpoint = os.environ.get(ENV_S3_ENDPOINT, "").strip()
+    if endpoint:
+        missing = [n for n in (ENV_ACCESS_KEY, ENV_SECRET_KEY) if not os.environ.get(n)]
+        if missing:
+            raise ConfigError(f"{ENV_S3_ENDPOINT} is set but {' and '.join(missing)} is not")
+        if not endpoint.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"{ENV_S3_ENDPOINT} must start with http:// or https:// (got {endpoint!r})"
+            )
+        return S3Settings(
+            endpoint_url=endpoint.rstrip("/"),
+            access_key_id=os.environ[ENV_ACCESS_KEY],
+            secret_access_key=os.environ[ENV_SECRET_KEY],
+            region=os.environ.get(ENV_REGION) or DEFAULT_REGION,
+            bucket=os.environ.get(ENV_S3_BUCKET) or DEFAULT_BUCKET,
+        )
+    entry = _running_entry(resolve_state_dir(state_dir), "s3")
+    if entry is None:
+        raise ConfigError(f"no S3 store configured: run `inorder dev up` or set {ENV_S3_ENDPOINT}")
+    return S3Settings(
+        endpoint_url=str(entry["endpoint_url"]),
+        access_key_id=str(entry["access_key_id"]),
+        secret_access_key=str(entry["secret_access_key"]),
+        region=str(entry.get("region") or DEFAULT_REGION),
+        bucket=str(entry.get("bucket") or DEFAULT_BUCKET),
+    )
