@@ -103,5 +103,5 @@ def _verify_resets(changes: pa.Table, truth: GroundTruth, result: Verification) 
             result.reset_errors.append(
                 f"{session.key}: first reset at offset {offsets[0]}, fault at {first}"
             )
-    for (topic, session_id), offsets in found.items():
+    for topic, session_id in found:
         result.reset_errors.append(f"{topic}/{session_id}: reset of an unknown session")
