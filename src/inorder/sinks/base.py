@@ -17,9 +17,14 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from inorder.errors import InorderError
 
-class SinkError(Exception):
-    """A sink cannot be used (unwritable path, bad credentials, missing bucket...)."""
+
+class SinkError(InorderError):
+    """A sink cannot be used (unwritable path, bad credentials, missing bucket...).
+
+    The message is one line, names the location and never contains credentials.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +36,8 @@ class WrittenFile:
     rows: int
     size_bytes: int
     partition_values: dict[str, str | None] = field(default_factory=dict)
+    stats: str | None = None
+    """Optional column statistics as Delta ``add.stats`` JSON (numRecords, min/max, nulls)."""
 
 
 class BatchWriter(abc.ABC):

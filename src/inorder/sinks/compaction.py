@@ -1,0 +1,264 @@
+"""Merging small output files while the pipeline runs, and removing obsolete ones safely.
+
+Parquet datasets (the manifest protocol of :mod:`inorder.sinks.parquet`):
+
+1. plan from the committed state: per partition directory, files smaller than 3/4 of the
+   target are packed (in commit order) into groups of about ``target_file_size``; a group
+   of one file is left alone;
+2. write each group as one staged file under ``_inorder/staging/c<seq>/``;
+3. create ``_inorder/compactions/<seq:020d>.json`` *if absent*: the files it replaces and
+   the new files with deterministic names ``compacted-<seq:010d>-<n:05d>.parquet``; a
+   concurrent compactor that picked the same ``seq`` loses and deletes its staged files;
+4. publish the new files, mark ``<seq>.done``: from then on
+   :func:`~inorder.sinks.parquet.read_committed` reads the new files instead of the old ones;
+5. after ``grace_seconds`` the replaced files are deleted (``<seq>.cleaned``), so a reader
+   that listed the old state just before step 4 can still finish.
+
+Delta tables: ``DeltaTable.optimize.compact`` then ``vacuum`` with a retention period
+(default 7 days, the Delta default).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from inorder.sinks import fs as sfs
+from inorder.sinks.base import SinkError
+from inorder.sinks.parquet import (
+    COMPACTIONS_DIR,
+    DEFAULT_TARGET_FILE_SIZE,
+    STAGING_DIR,
+    LiveFile,
+    _listing,
+    complete_manifest,
+    load_state,
+    manifest_name,
+    partition_dir,
+    read_manifest,
+)
+
+DEFAULT_GRACE_SECONDS = 3600.0
+DEFAULT_DELTA_RETENTION_HOURS = 168  # 7 days, as Delta's own default
+SMALL_FRACTION = 0.75
+
+
+@dataclass
+class CompactionReport:
+    """What a compaction did (or would do, for a dry run)."""
+
+    groups: list[list[str]] = field(default_factory=list)
+    """Per new file: the files it replaces (relative paths)."""
+    files_before: int = 0
+    files_after: int = 0
+    bytes_rewritten: int = 0
+    deleted: list[str] = field(default_factory=list)
+    """Obsolete files removed by cleanup."""
+    dry_run: bool = False
+    seq: int | None = None
+
+    def summary(self) -> str:
+        """One line for humans."""
+        verb = "would merge" if self.dry_run else "merged"
+        return (
+            f"{verb} {sum(len(g) for g in self.groups)} files into {len(self.groups)} "
+            f"({self.bytes_rewritten / 1e6:.1f} MB); files {self.files_before} -> "
+            f"{self.files_after}; deleted {len(self.deleted)} obsolete files"
+        )
+
+
+def plan_groups(
+    files: list[LiveFile], partition_by: list[str], target_file_size: int
+) -> list[list[LiveFile]]:
+    """Pure planning: groups of small files of one partition to merge into one file each."""
+    by_partition: dict[str, list[LiveFile]] = {}
+    for f in files:
+        if f.size_bytes < target_file_size * SMALL_FRACTION:
+            by_partition.setdefault(partition_dir(partition_by, f.partition_values), []).append(f)
+    groups: list[list[LiveFile]] = []
+    for members in by_partition.values():
+        current: list[LiveFile] = []
+        size = 0
+        for f in members:
+            if current and size + f.size_bytes > target_file_size:
+                groups.append(current)
+                current, size = [], 0
+            current.append(f)
+            size += f.size_bytes
+        groups.append(current)
+    return [g for g in groups if len(g) > 1]
+
+
+def compact_parquet(
+    path: str,
+    storage_options: Mapping[str, str] | None = None,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    dry_run: bool = False,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    compression: str = "zstd",
+) -> CompactionReport:
+    """Merge small files of a Parquet dataset written by :class:`ParquetSink`."""
+    location = sfs.resolve(path, storage_options)
+    state = load_state(location)
+    if not dry_run:
+        # Finish compactions a crashed compactor left half-done. Pending *batch* manifests
+        # belong to the writer (it may be publishing them right now): never touched here.
+        for rel in state.pending:
+            if rel.startswith(COMPACTIONS_DIR):
+                complete_manifest(location, rel)
+    # Planning applies compactions not yet marked done too: their files are taken.
+    planning = load_state(location, include_pending_compactions=True)
+    groups = plan_groups(list(planning.files.values()), planning.partition_by, target_file_size)
+    report = CompactionReport(dry_run=dry_run, files_before=len(planning.files))
+    report.groups = [[f.path for f in g] for g in groups]
+    report.bytes_rewritten = sum(f.size_bytes for g in groups for f in g)
+    report.files_after = report.files_before - sum(len(g) - 1 for g in groups)
+    if dry_run:
+        return report
+    if groups:
+        comp_ids, _, _ = _listing(location, COMPACTIONS_DIR)
+        seq = (comp_ids[-1] + 1) if comp_ids else 0
+        report.seq = seq
+        _rewrite(location, planning.partition_by, groups, seq, compression)
+    report.deleted = cleanup_parquet(location, grace_seconds)
+    return report
+
+
+def _rewrite(
+    location: sfs.Location,
+    partition_by: list[str],
+    groups: list[list[LiveFile]],
+    seq: int,
+    compression: str,
+) -> None:
+    staging = f"{STAGING_DIR}/c{seq}"
+    entries = []
+    try:
+        for n, group in enumerate(groups):
+            pdir = partition_dir(partition_by, group[0].partition_values)
+            tables = [
+                pq.read_table(location.join(f.path), filesystem=location.filesystem) for f in group
+            ]
+            table = pa.concat_tables(tables, promote_options="default")
+            rows = sum(f.rows for f in group)
+            if table.num_rows != rows:  # the manifests are the truth: never lose a row
+                raise SinkError(
+                    f"{location.uri}: files of {pdir or 'the dataset'} hold {table.num_rows} "
+                    f"rows, manifests say {rows}; not compacting"
+                )
+            name = f"compacted-{seq:010d}-{n:05d}.parquet"
+            staged = "/".join(p for p in (staging, pdir, name) if p)
+            final = "/".join(p for p in (pdir, name) if p)
+            full = location.join(staged)
+            if not location.is_s3:
+                location.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
+            with location.filesystem.open_output_stream(full) as out:
+                pq.write_table(table, out, compression=compression)
+            size = location.filesystem.get_file_info(full).size
+            entries.append(
+                {
+                    "staged": staged,
+                    "final": final,
+                    "rows": rows,
+                    "size_bytes": int(size or 0),
+                    "partition_values": group[0].partition_values,
+                }
+            )
+        manifest = {
+            "format": 1,
+            "kind": "compaction",
+            "seq": seq,
+            "created_at": time.time(),
+            "replaces": [f.path for g in groups for f in g],
+            "files": entries,
+        }
+        rel = f"{COMPACTIONS_DIR}/{manifest_name(seq)}"
+        try:
+            sfs.put_if_absent(location, location.join(rel), json.dumps(manifest).encode())
+        except sfs.AlreadyExists:
+            raise SinkError(
+                f"{location.uri}: another compaction committed #{seq} first; run again"
+            ) from None
+    except BaseException:
+        sfs.delete_dir_quietly(location, location.join(staging))
+        for info in sfs.list_files(location, location.join(staging), recursive=True):
+            sfs.delete_quietly(location, info.path)
+        raise
+    complete_manifest(location, rel)
+    sfs.delete_dir_quietly(location, location.join(staging))
+
+
+def cleanup_parquet(location: sfs.Location, grace_seconds: float) -> list[str]:
+    """Delete files replaced by compactions done more than ``grace_seconds`` ago."""
+    comp_ids, done, cleaned = _listing(location, COMPACTIONS_DIR)
+    deleted: list[str] = []
+    now = time.time()
+    for seq in comp_ids:
+        if seq not in done or seq in cleaned:
+            continue
+        base = location.join(COMPACTIONS_DIR, manifest_name(seq).removesuffix(".json"))
+        done_at = json.loads(sfs.read_bytes(location, base + ".done")).get("done_at", 0.0)
+        if now - float(done_at) < grace_seconds:
+            continue
+        manifest = read_manifest(location, f"{COMPACTIONS_DIR}/{manifest_name(seq)}")
+        for rel in manifest["replaces"]:
+            sfs.delete_quietly(location, location.join(rel))
+            deleted.append(rel)
+        sfs.write_bytes(location, base + ".cleaned", b"{}")
+    return deleted
+
+
+@dataclass
+class DeltaCompactionReport:
+    """What optimize + vacuum did on a Delta table."""
+
+    files_added: int = 0
+    files_removed: int = 0
+    vacuumed: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    def summary(self) -> str:
+        """One line for humans."""
+        verb = "would remove" if self.dry_run else "removed"
+        return (
+            f"optimize: {self.files_removed} files -> {self.files_added}; vacuum {verb} "
+            f"{len(self.vacuumed)} obsolete files"
+        )
+
+
+def compact_delta(
+    path: str,
+    storage_options: Mapping[str, str] | None = None,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    dry_run: bool = False,
+    retention_hours: int = DEFAULT_DELTA_RETENTION_HOURS,
+) -> DeltaCompactionReport:
+    """``optimize.compact`` (not in a dry run) then ``vacuum`` older than ``retention_hours``."""
+    from deltalake import DeltaTable
+
+    location = sfs.resolve(path, storage_options)
+    secrets = (location.s3.secret_access_key,) if location.s3 else ()
+    try:
+        table = DeltaTable(location.delta_uri(), storage_options=location.storage_options())
+        report = DeltaCompactionReport(dry_run=dry_run)
+        if not dry_run:
+            metrics = table.optimize.compact(target_size=target_file_size)
+            report.files_added = int(metrics.get("numFilesAdded", 0))
+            report.files_removed = int(metrics.get("numFilesRemoved", 0))
+        report.vacuumed = list(
+            table.vacuum(
+                retention_hours=retention_hours,
+                dry_run=dry_run,
+                enforce_retention_duration=False,
+            )
+        )
+    except SinkError:
+        raise
+    except Exception as exc:
+        raise SinkError(f"{path}: compaction failed: {sfs.describe_error(exc, secrets)}") from None
+    return report

@@ -1,0 +1,257 @@
+"""Exactly-once Delta Lake tables (delta-rs), one Delta commit per micro-batch.
+
+Executors write Parquet data files straight into the table directory under names unique to
+the task attempt (``<col>=<value>/part-<batch_id:010d>-<attempt>-<n:05d>.parquet``). Delta
+readers only read files named by the transaction log, so such a file is invisible until the
+driver commits it. The driver then makes one Delta commit holding the batch's ``add``
+actions and an application transaction ``txn(appId=app_id, version=batch_id)``
+(``DeltaTable.create_write_transaction``). Before committing it reads
+``DeltaTable.transaction_version(app_id)``: a batch at or below that version is already in
+the table, so the commit is skipped and the new files are deleted.
+
+Files of attempts that never reach the driver (killed tasks) stay unreferenced until
+``vacuum`` removes them (``inorder compact --format delta``).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from inorder.sinks import fs as sfs
+from inorder.sinks.base import BatchWriter, Sink, SinkError, WrittenFile
+from inorder.sinks.parquet import (
+    COMPRESSIONS,
+    DEFAULT_TARGET_FILE_SIZE,
+    ParquetBatchWriter,
+    check_writable,
+)
+
+DEFAULT_APP_ID = "inorder"
+
+
+def delta_type(t: pa.DataType) -> pa.DataType:
+    """The Arrow type Delta stores for ``t`` (microsecond timestamps, signed integers...)."""
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz="UTC") if t.tz else pa.timestamp("us")
+    if pa.types.is_unsigned_integer(t):
+        widened = {8: pa.int16(), 16: pa.int32(), 32: pa.int64(), 64: pa.int64()}
+        return widened[t.bit_width]
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_time(t) or pa.types.is_duration(t):
+        return pa.int64()
+    if pa.types.is_dictionary(t):
+        return delta_type(t.value_type)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(delta_type(f.type)) for f in t])
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(t.value_field.with_type(delta_type(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(delta_type(t.key_type), delta_type(t.item_type))
+    return t
+
+
+def delta_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every type replaced by the type Delta stores."""
+    return pa.schema([f.with_type(delta_type(f.type)) for f in schema])
+
+
+class _DeltaWriter(BatchWriter):
+    """Casts rows to the Delta schema and writes data files into the table directory."""
+
+    def __init__(self, inner: ParquetBatchWriter, schema: pa.Schema):
+        self._inner = inner
+        self._schema = schema
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Add rows (cast to the table's types)."""
+        if batch.schema != self._schema:
+            # ns -> us timestamps truncate (Delta stores microseconds): an unsafe cast is intended.
+            batch = batch.cast(self._schema, safe=False)
+        self._inner.write(batch)
+
+    def close(self) -> list[WrittenFile]:
+        """Finish the files; they stay invisible until the driver commits them."""
+        return self._inner.close()
+
+    def abort(self) -> None:
+        """Delete this writer's files."""
+        self._inner.abort()
+
+
+class DeltaSink(Sink):
+    """A Delta table committed exactly once per micro-batch (deltalake / delta-rs).
+
+    ``app_id`` names the writing query in the table's application transactions: a table
+    receiving batches from a new checkpoint (batch ids starting again at 0) needs a new
+    ``app_id``, or the new batches are taken for committed ones and skipped.
+    On S3 no lock provider is needed: delta-rs commits with ``PUT If-None-Match``.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        partition_by: Sequence[str] = (),
+        storage_options: Mapping[str, str] | None = None,
+        app_id: str | None = None,
+        compression: str = "zstd",
+        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+        compact: bool = False,
+    ) -> None:
+        if compression.lower() not in COMPRESSIONS:
+            raise SinkError(f"compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
+        self.path = str(path)
+        self.partition_by = list(partition_by)
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.app_id = app_id or DEFAULT_APP_ID
+        self.compression = compression.lower()
+        self.target_file_size = int(target_file_size)
+        self.compact = compact
+        self._location: sfs.Location | None = None
+        self._schema: pa.Schema | None = None
+
+    def __repr__(self) -> str:
+        return f"DeltaSink({self.path!r}, partition_by={self.partition_by!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_location"] = None
+        return state
+
+    @property
+    def location(self) -> sfs.Location:
+        """The resolved table location."""
+        if self._location is None:
+            self._location = sfs.resolve(self.path, self.storage_options)
+        return self._location
+
+    def describe(self) -> str:
+        """One line for humans."""
+        parts = f", partitioned by {', '.join(self.partition_by)}" if self.partition_by else ""
+        return f"Delta table {self.path}{parts}"
+
+    def _table(self) -> Any:
+        from deltalake import DeltaTable
+
+        loc = self.location
+        return DeltaTable(loc.delta_uri(), storage_options=loc.storage_options())
+
+    # -- driver ------------------------------------------------------------------------------
+
+    def check(self, schema: pa.Schema) -> None:
+        """Check access; create the table if absent; its partitioning must match."""
+        from deltalake import DeltaTable
+
+        for col in self.partition_by:
+            if col not in schema.names:
+                raise SinkError(f"{self.path}: partition_by column {col!r} is not in the output")
+        loc = self.location
+        check_writable(loc)
+        target = delta_schema(schema)
+        secrets = (loc.s3.secret_access_key,) if loc.s3 else ()
+        try:
+            if DeltaTable.is_deltatable(loc.delta_uri(), storage_options=loc.storage_options()):
+                table = self._table()
+                existing = list(table.metadata().partition_columns)
+                if existing != self.partition_by:
+                    raise SinkError(
+                        f"{self.path}: table is partitioned by {existing}, "
+                        f"sink partition_by is {self.partition_by}"
+                    )
+            else:
+                DeltaTable.create(
+                    loc.delta_uri(),
+                    target,
+                    partition_by=self.partition_by or None,
+                    storage_options=loc.storage_options(),
+                )
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise SinkError(
+                f"{self.path}: cannot open Delta table: {sfs.describe_error(exc, secrets)}"
+            ) from None
+        self._schema = target
+
+    def open_writer(self, schema: pa.Schema, batch_id: int, task_key: str) -> BatchWriter:
+        """Executor: a writer of data files for this task attempt."""
+        target = delta_schema(schema)
+        attempt = urllib.parse.quote(task_key, safe="-_.")[:40] + "-" + uuid.uuid4().hex[:8]
+        inner = ParquetBatchWriter(
+            self.location,
+            target,
+            self.partition_by,
+            self.compression,
+            self.target_file_size,
+            prefix="",
+            file_stem=f"part-{batch_id:010d}-{attempt}",
+            collect_stats=True,
+        )
+        return _DeltaWriter(inner, target)
+
+    def committed_version(self) -> int | None:
+        """The highest batch id committed by ``app_id``, ``None`` if none."""
+        version = self._table().transaction_version(self.app_id)
+        return None if version is None else int(version)
+
+    def last_committed_batch(self) -> int | None:
+        """Same as :meth:`committed_version` (the name the Parquet sink uses)."""
+        return self.committed_version()
+
+    def is_committed(self, batch_id: int) -> bool:
+        """Whether ``batch_id`` (or a later batch) of ``app_id`` is in the table."""
+        version = self.committed_version()
+        return version is not None and version >= batch_id
+
+    def commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
+        """One Delta commit with the batch's files and ``txn(app_id, batch_id)``."""
+        from deltalake.transaction import AddAction, CommitProperties, Transaction
+
+        table = self._table()
+        version = table.transaction_version(self.app_id)
+        loc = self.location
+        if version is not None and version >= batch_id:
+            for f in files:
+                sfs.delete_quietly(loc, loc.join(f.path))
+            return False
+        schema = self._schema
+        if schema is None:
+            schema = pa.schema(table.schema().to_arrow())
+        now = int(time.time() * 1000)
+        actions = [
+            AddAction(
+                path=f.path,
+                size=f.size_bytes,
+                partition_values=dict(f.partition_values),
+                modification_time=now,
+                data_change=True,
+                stats=f.stats or f'{{"numRecords": {f.rows}}}',
+            )
+            for f in files
+        ]
+        table.create_write_transaction(
+            actions,
+            mode="append",
+            schema=schema,
+            partition_by=self.partition_by or None,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id=self.app_id, version=batch_id)]
+            ),
+        )
+        if self.compact:
+            from inorder.sinks.compaction import compact_delta
+
+            compact_delta(
+                self.path,
+                storage_options=self.storage_options,
+                target_file_size=self.target_file_size,
+            )
+        return True

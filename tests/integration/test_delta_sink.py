@@ -1,0 +1,168 @@
+"""DeltaSink on local disk and S3 (SeaweedFS): one idempotent Delta commit per batch."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from inorder.sinks import fs as sfs
+from inorder.sinks.base import SinkError, WrittenFile
+from inorder.sinks.compaction import compact_delta
+from inorder.sinks.delta import DeltaSink
+
+SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("kafka_ts", pa.timestamp("ns", tz="UTC")),
+        ("payload", pa.string()),
+    ]
+)
+
+
+def make_batch(batch_id: int, rows: int) -> pa.RecordBatch:
+    start = batch_id * rows
+    return pa.record_batch(
+        [
+            pa.array(["a" if i % 3 else "b" for i in range(rows)]),
+            pa.array([i % 2 for i in range(rows)], pa.int32()),
+            pa.array(range(start, start + rows), pa.int64()),
+            pa.array([(start + i) * 1000 for i in range(rows)], pa.timestamp("ns", tz="UTC")),
+            pa.array([f"payload-{start + i}" for i in range(rows)]),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def stage(sink: DeltaSink, batch_id: int, rows: int, key: str = "t") -> list[WrittenFile]:
+    files: list[WrittenFile] = []
+    data = make_batch(batch_id, rows)
+    half = rows // 2
+    for t, part in enumerate((data.slice(0, half), data.slice(half))):
+        writer = sink.open_writer(SCHEMA, batch_id, f"{key}{t}")
+        writer.write(part)
+        files += writer.close()
+    return files
+
+
+@pytest.fixture(params=["local", "s3"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str] | None]:
+    if request.param == "local":
+        return str(tmp_path / "table"), None
+    s3 = request.getfixturevalue("s3")
+    return s3.new_prefix(), s3.storage_options()
+
+
+def read(path: str, options: dict[str, str] | None) -> pa.Table:
+    return DeltaTable(path, storage_options=options).to_pyarrow_table()
+
+
+def test_one_commit_per_batch_with_app_transaction(
+    where: tuple[str, dict[str, str] | None],
+) -> None:
+    path, options = where
+    sink = DeltaSink(path, partition_by=["topic"], storage_options=options, app_id="q1")
+    sink.check(SCHEMA)
+    for b in range(3):
+        assert sink.commit(b, stage(sink, b, 1000)) is True
+    table = DeltaTable(path, storage_options=options)
+    assert table.version() == 3  # create + one commit per batch
+    assert table.transaction_version("q1") == 2
+    data = table.to_pyarrow_table()
+    assert sorted(data.column("offset").to_pylist()) == list(range(3000))
+    assert data.schema.field("kafka_ts").type == pa.timestamp("us", tz="UTC")
+    assert table.metadata().partition_columns == ["topic"]
+    assert sink.is_committed(2) and not sink.is_committed(3)
+    stats = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    assert all(row["num_records"] > 0 and row["min.offset"] is not None for row in stats)
+
+
+def test_committed_batch_is_skipped_and_its_new_files_deleted(
+    where: tuple[str, dict[str, str] | None],
+) -> None:
+    path, options = where
+    sink = DeltaSink(path, partition_by=["topic"], storage_options=options)
+    sink.check(SCHEMA)
+    assert sink.commit(0, stage(sink, 0, 500))
+    assert sink.commit(1, stage(sink, 1, 500))
+    rerun = stage(sink, 0, 500, key="rerun")
+    loc = sfs.resolve(path, options)
+    assert all(sfs.exists(loc, loc.join(f.path)) for f in rerun)
+    assert sink.commit(0, rerun) is False
+    assert not any(sfs.exists(loc, loc.join(f.path)) for f in rerun)
+    assert DeltaTable(path, storage_options=options).version() == 2
+    assert read(path, options).num_rows == 1000
+
+
+def test_uncommitted_files_are_invisible_and_abort_deletes(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    sink = DeltaSink(path)
+    sink.check(SCHEMA)
+    files = stage(sink, 0, 100)
+    assert read(path, None).num_rows == 0
+    writer = sink.open_writer(SCHEMA, 0, "x")
+    writer.write(make_batch(0, 10))
+    writer.abort()
+    assert sink.commit(0, files)
+    assert read(path, None).num_rows == 100
+    parquet = [n for _, _, names in os.walk(path) for n in names if n.endswith(".parquet")]
+    assert len(parquet) == len(files)
+
+
+def test_check_errors(tmp_path: Path, s3: Any) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(SinkError, match="file/t"):
+        DeltaSink(str(blocker / "t")).check(SCHEMA)
+    with pytest.raises(SinkError, match="bucket 'missing-bucket-x' does not exist"):
+        DeltaSink("s3://missing-bucket-x/t", storage_options=s3.storage_options()).check(SCHEMA)
+    bad = {**s3.storage_options(), "AWS_SECRET_ACCESS_KEY": "bad-secret-xyz"}
+    with pytest.raises(SinkError) as info:
+        DeltaSink(s3.new_prefix(), storage_options=bad).check(SCHEMA)
+    assert "bad-secret-xyz" not in str(info.value) and "\n" not in str(info.value)
+    path = str(tmp_path / "parts")
+    DeltaSink(path, partition_by=["topic"]).check(SCHEMA)
+    with pytest.raises(SinkError, match="partitioned by"):
+        DeltaSink(path, partition_by=["partition"]).check(SCHEMA)
+
+
+def test_compaction_optimizes_and_vacuums(where: tuple[str, dict[str, str] | None]) -> None:
+    path, options = where
+    sink = DeltaSink(path, partition_by=["topic"], storage_options=options)
+    sink.check(SCHEMA)
+    for b in range(5):
+        sink.commit(b, stage(sink, b, 300))
+    before = len(DeltaTable(path, storage_options=options).file_uris())
+    assert before == 20
+    dry = compact_delta(path, options, dry_run=True)
+    assert dry.files_added == 0
+    report = compact_delta(path, options)
+    assert report.files_removed == 20 and report.files_added == 2
+    assert report.vacuumed == []  # the 7-day retention keeps replaced files
+    vacuumed = compact_delta(path, options, retention_hours=0)
+    assert len(vacuumed.vacuumed) == 20
+    table = DeltaTable(path, storage_options=options)
+    assert len(table.file_uris()) == 2
+    assert sorted(table.to_pyarrow_table().column("offset").to_pylist()) == list(range(1500))
+    assert sink.commit(5, stage(sink, 5, 300))
+    assert read(path, options).num_rows == 1800
+
+
+def test_compact_command_detects_delta(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from inorder import cli
+
+    path = str(tmp_path / "t")
+    sink = DeltaSink(path)
+    sink.check(SCHEMA)
+    for b in range(3):
+        sink.commit(b, stage(sink, b, 100))
+    assert cli.main(["compact", path, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["format"] == "delta" and out["files_removed"] == 6
