@@ -166,3 +166,15 @@ def test_compact_command_detects_delta(tmp_path: Path, capsys: pytest.CaptureFix
     assert cli.main(["compact", path, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["format"] == "delta" and out["files_removed"] == 6
+
+
+def test_bound_sinks_of_two_checkpoints_do_not_skip_each_other(tmp_path: Path) -> None:
+    path = str(tmp_path / "table")
+    for owner in ("checkpoint-a", "checkpoint-b"):
+        sink = DeltaSink(path, partition_by=["topic"])
+        sink.bind(owner)
+        assert sink.app_id == f"inorder-{owner}"
+        sink.check(SCHEMA)
+        assert not sink.is_committed(0)
+        assert sink.commit(0, stage(sink, 0, 10)) is True
+    assert len(DeltaTable(path).to_pyarrow_table()) == 20

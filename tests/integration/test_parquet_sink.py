@@ -364,3 +364,20 @@ def test_compact_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 def make_sink_factory(options: dict[str, str] | None) -> Callable[[str], ParquetSink]:
     return lambda p: ParquetSink(p, storage_options=options)
+
+
+def test_output_of_another_checkpoint_is_refused(tmp_path: Path) -> None:
+    # Batch ids restart at 0 with every checkpoint: a new checkpoint writing into an old
+    # dataset would take its batches for committed ones and silently drop them.
+    path = str(tmp_path / "out")
+    first = ParquetSink(path, partition_by=["topic"])
+    first.bind("checkpoint-a")
+    first.check(SCHEMA)
+    assert first.commit(0, stage(first, 0, 10))
+    same = ParquetSink(path, partition_by=["topic"])
+    same.bind("checkpoint-a")
+    same.check(SCHEMA)
+    other = ParquetSink(path, partition_by=["topic"])
+    other.bind("checkpoint-b")
+    with pytest.raises(SinkError, match="another pipeline checkpoint"):
+        other.check(SCHEMA)

@@ -13,6 +13,7 @@ or re-run by the next start: never half-applied.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -66,6 +67,20 @@ class PipelineRunner:
     def checkpoint(self) -> str:
         """The checkpoint root as a string."""
         return str(self.pipeline.checkpoint)
+
+    def _checkpoint_owner(self) -> str:
+        """The checkpoint's id: created with the checkpoint, kept for its whole life."""
+        import json
+        import uuid
+
+        from inorder.sinks import fs as sfs
+
+        location = sfs.resolve(self.checkpoint)
+        path = location.join("inorder-checkpoint.json")
+        with contextlib.suppress(sfs.AlreadyExists):  # created by an earlier run: keep it
+            sfs.put_if_absent(location, path, json.dumps({"id": uuid.uuid4().hex}).encode())
+        owner: str = json.loads(sfs.read_bytes(location, path))["id"]
+        return owner
 
     def _check_checkpoint_writable(self) -> None:
         root = self.checkpoint
@@ -156,6 +171,10 @@ class PipelineRunner:
         # Everything that can be wrong is checked before Spark starts: broker, options,
         # output types, state compatibility, sink.
         p.source.check(self._source_options())
+        owner = self._checkpoint_owner()
+        p.sink.bind(owner)
+        if p.dead_letter is not None:
+            p.dead_letter.bind(owner)
         self._backend = self._make_backend()
         self._backend.check()
         self.reporter.info(f"inorder: starting {p.name!r} on {p.spark_master}, {p.sink.describe()}")

@@ -78,6 +78,21 @@ class Sink(abc.ABC):
     def is_committed(self, batch_id: int) -> bool:
         """Driver: whether ``batch_id`` has been committed."""
 
+    def bind(self, owner: str) -> None:
+        """Tie the sink to the pipeline checkpoint that writes it (called before ``check``).
+
+        Batch ids restart at 0 with every new checkpoint, so a sink that took "batch N is
+        committed" from another checkpoint's commits would skip new data. Sinks record the
+        owner with each commit and refuse output committed by a different owner.
+        """
+        self._owner = owner
+
+    @property
+    def owner(self) -> str | None:
+        """The pipeline checkpoint id given to :meth:`bind`, if any."""
+        owner: str | None = getattr(self, "_owner", None)
+        return owner
+
     @abc.abstractmethod
     def describe(self) -> str:
         """One line for humans (no credentials)."""

@@ -92,7 +92,9 @@ class DeltaSink(Sink):
 
     ``app_id`` names the writing query in the table's application transactions: a table
     receiving batches from a new checkpoint (batch ids starting again at 0) needs a new
-    ``app_id``, or the new batches are taken for committed ones and skipped.
+    ``app_id``, or the new batches are taken for committed ones and skipped. Pipelines bind
+    the sink to their checkpoint's id (:meth:`bind`), which becomes the ``app_id`` unless one
+    was given explicitly.
     On S3 no lock provider is needed: delta-rs commits with ``PUT If-None-Match``.
     """
 
@@ -112,11 +114,18 @@ class DeltaSink(Sink):
         self.partition_by = list(partition_by)
         self.storage_options = dict(storage_options) if storage_options else None
         self.app_id = app_id or DEFAULT_APP_ID
+        self._explicit_app_id = app_id is not None
         self.compression = compression.lower()
         self.target_file_size = int(target_file_size)
         self.compact = compact
         self._location: sfs.Location | None = None
         self._schema: pa.Schema | None = None
+
+    def bind(self, owner: str) -> None:
+        """Use the pipeline checkpoint's id as ``app_id`` (unless one was given)."""
+        super().bind(owner)
+        if not self._explicit_app_id:
+            self.app_id = f"inorder-{owner}"
 
     def __repr__(self) -> str:
         return f"DeltaSink({self.path!r}, partition_by={self.partition_by!r})"

@@ -514,6 +514,23 @@ class ParquetSink(Sink):
         check_writable(self.location)
         self._schema = schema
         self._recover()
+        self._check_owner()
+
+    def _check_owner(self) -> None:
+        """Refuse a dataset whose last commit came from another pipeline checkpoint."""
+        if self.owner is None:
+            return
+        last = self.last_committed_batch()
+        if last is None:
+            return
+        theirs = read_manifest(self.location, f"{COMMITS_DIR}/{manifest_name(last)}").get("owner")
+        if theirs != self.owner:
+            raise SinkError(
+                f"{self.path}: already holds output committed by another pipeline checkpoint "
+                f"(batch {last}, owner {theirs or 'unknown'}); batch ids restart with every "
+                "checkpoint, so new batches would be taken for committed ones. Use a new output "
+                "path, or the checkpoint that wrote it"
+            )
 
     def open_writer(self, schema: pa.Schema, batch_id: int, task_key: str) -> BatchWriter:
         """Executor: a writer staging this task's rows of ``batch_id``."""
@@ -566,6 +583,7 @@ class ParquetSink(Sink):
             "batch_id": batch_id,
             "created_at": time.time(),
             "partition_by": self.partition_by,
+            "owner": self.owner,
             "files": entries,
         }
         if self._schema is not None:
