@@ -1,0 +1,192 @@
+"""``inspect``: what a pipeline's checkpoint says, read-only.
+
+* batches: id, per topic-partition offset range (Spark offsets log), planned/committed
+  times and duration (the log files' modification times), processing time (engine record);
+* state: per topic-partition the newest committed state version, keys, encoded state bytes
+  and checkpoint file bytes;
+* one key: its state (decoded with the processor's state type) at a given batch version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from inorder.engine.context import from_micros
+from inorder.errors import InorderError
+from inorder.ops.batchlog import BatchLog, load_batch_log
+from inorder.ops.replay import to_plain
+from inorder.ops.statefiles import load_partition_state, loadable_versions, state_partitions
+from inorder.ops.target import OpsTarget
+from inorder.records import TopicPartition
+
+
+@dataclass
+class BatchInfo:
+    """One batch as shown by ``inspect --batches``."""
+
+    batch_id: int
+    committed: bool
+    ranges: dict[str, list[int]]
+    records_planned: int
+    planned_at: str | None
+    duration_seconds: float | None
+    processing_time: str | None
+
+
+@dataclass
+class PartitionStateInfo:
+    """State size of one topic-partition."""
+
+    topic: str
+    partition: int
+    version: int | None
+    keys: int
+    ignored_keys: int
+    state_bytes: int
+    file_bytes: int
+    versions: list[int] = field(default_factory=list)
+    last_offset: int | None = None
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def batches(log: BatchLog, limit: int | None = None) -> list[BatchInfo]:
+    """The batches of the log (newest ``limit`` when given), oldest first."""
+    out: list[BatchInfo] = []
+    previous: dict[TopicPartition, int] = {}
+    for b in log.batches:
+        ranges = {}
+        planned = 0
+        for tp in sorted(b.end):
+            start = previous.get(tp)
+            ranges[str(tp)] = [start if start is not None else -1, b.end[tp]]
+            if start is not None:
+                planned += max(0, b.end[tp] - start)
+        out.append(
+            BatchInfo(
+                b.batch_id,
+                b.committed,
+                ranges,
+                planned,
+                _iso(b.planned_at),
+                None if b.duration_seconds is None else round(b.duration_seconds, 3),
+                None
+                if b.processing_time_us is None
+                else from_micros(b.processing_time_us).isoformat(timespec="seconds"),
+            )
+        )
+        previous = b.end
+    return out[-limit:] if limit else out
+
+
+def state_sizes(target: OpsTarget, log: BatchLog) -> list[PartitionStateInfo]:
+    """Per topic-partition: keys and bytes at the newest committed, loadable version."""
+    last = log.last_committed()
+    out = []
+    for tp in state_partitions(target.engine):
+        files = target.engine.versions(tp)
+        versions = loadable_versions(files)
+        if last is not None:
+            versions = [v for v in versions if v <= last.batch_id]
+        file_bytes = 0
+        for f in files:
+            info = target.engine.location.filesystem.get_file_info(f.path)
+            file_bytes += int(info.size or 0)
+        if not versions:
+            out.append(PartitionStateInfo(tp.topic, tp.partition, None, 0, 0, 0, file_bytes))
+            continue
+        state = load_partition_state(target.engine, tp, versions[-1])
+        out.append(
+            PartitionStateInfo(
+                tp.topic,
+                tp.partition,
+                state.version,
+                sum(1 for e in state.entries.values() if not e.ignored),
+                sum(1 for e in state.entries.values() if e.ignored),
+                state.state_bytes,
+                file_bytes,
+                versions,
+                state.meta.last_offset,
+            )
+        )
+    return out
+
+
+def key_state(
+    target: OpsTarget, tp: TopicPartition, key: str, version: int | None, log: BatchLog
+) -> dict[str, Any]:
+    """The stored entry of ``key`` after batch ``version`` (default: newest committed)."""
+    from inorder.statecodec import StateCodec
+
+    versions = loadable_versions(target.engine.versions(tp))
+    if version is None:
+        last = log.last_committed()
+        fitting = [v for v in versions if last is None or v <= last.batch_id]
+        if not fitting:
+            raise InorderError(f"no committed state version of {tp} in the checkpoint")
+        version = fitting[-1]
+    state = load_partition_state(target.engine, tp, version)
+    stored = state.entries.get(key)
+    result: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition, "key": key}
+    result["version"] = version
+    if stored is None:
+        result["exists"] = False
+        return result
+    entry = stored.to_entry(StateCodec(target.types.state).decode)
+    result.update(
+        exists=True,
+        state=to_plain(entry.state),
+        ignored=entry.ignored,
+        last_offset=entry.last_offset,
+        seq=entry.seq,
+        timer=None if entry.timer is None else from_micros(entry.timer).isoformat(),
+        timer_kind=("processing" if entry.timer_kind == 0 else "event")
+        if entry.timer is not None
+        else None,
+        state_bytes=len(stored.state or b""),
+    )
+    return result
+
+
+def inspect_all(
+    target: OpsTarget,
+    want_batches: bool,
+    want_state: bool,
+    limit: int | None = 20,
+) -> dict[str, Any]:
+    """Batches and/or state sizes as a JSON-ready document."""
+    log = load_batch_log(target.spark_dir, target.engine)
+    doc: dict[str, Any] = {"checkpoint": target.checkpoint_root}
+    last = log.last_committed()
+    doc["last_committed_batch"] = None if last is None else last.batch_id
+    if want_batches:
+        doc["batches"] = [asdict(b) for b in batches(log, limit)]
+    if want_state:
+        doc["state"] = [asdict(s) for s in state_sizes(target, log)]
+    return doc
+
+
+def format_inspect(doc: dict[str, Any]) -> list[str]:
+    """Human lines for :func:`inspect_all`'s document."""
+    lines = [f"checkpoint {doc['checkpoint']}: last committed batch {doc['last_committed_batch']}"]
+    for b in doc.get("batches", []):
+        ranges = ", ".join(
+            f"{tp} {r[0] if r[0] >= 0 else '?'}..{r[1]}" for tp, r in b["ranges"].items()
+        )
+        state = "committed" if b["committed"] else "NOT committed"
+        dur = "?" if b["duration_seconds"] is None else f"{b['duration_seconds']:.2f} s"
+        lines.append(
+            f"batch {b['batch_id']:>6} {state:<13} planned {b['planned_at']} took {dur} "
+            f"records {b['records_planned']:,}  {ranges}"
+        )
+    for s in doc.get("state", []):
+        lines.append(
+            f"state {s['topic']}[{s['partition']}] version {s['version']}: {s['keys']:,} keys "
+            f"({s['ignored_keys']:,} ignored), {s['state_bytes']:,} state bytes, "
+            f"{s['file_bytes']:,} file bytes, last offset {s['last_offset']}"
+        )
+    return lines

@@ -1,0 +1,82 @@
+"""``inorder inspect``: batches cover the topics exactly; a key's state equals the ground truth."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from tests.integration.test_validate import RunFixture, cli, make_run
+
+from inorder.ops.batchlog import load_batch_log
+from inorder.ops.inspect import inspect_all, key_state
+from inorder.ops.target import OpsTarget
+from inorder.records import TopicPartition
+
+
+@pytest.fixture(scope="module")
+def clean_run(kafka: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> RunFixture:
+    return make_run(kafka, tmp_path_factory.mktemp("inspect"), seed=61)
+
+
+def test_batches_cover_every_record_once(clean_run: RunFixture) -> None:
+    doc = inspect_all(OpsTarget.load(str(clean_run.toml)), True, True, limit=None)
+    batches = doc["batches"]
+    assert len(batches) >= 3
+    assert all(b["committed"] for b in batches)
+    assert doc["last_committed_batch"] == batches[-1]["batch_id"]
+    # Ranges chain: each batch starts where the previous one ended.
+    ends: dict[str, int] = {}
+    for b in batches:
+        for tp, (start, end) in b["ranges"].items():
+            assert start == ends.get(tp, -1)
+            assert end >= max(start, 0)
+            ends[tp] = end
+    truth = clean_run.sim.ground_truth.topics
+    expected = {f"{t}[{p}]": o for t, tt in truth.items() for p, o in tt.end_offsets.items()}
+    assert ends == expected
+    assert all(b["duration_seconds"] is not None for b in batches)
+    # State sizes: one entry per partition, keys = sessions still open there.
+    sessions = clean_run.sim.ground_truth.sessions.values()
+    for s in doc["state"]:
+        live = [x for x in sessions if (x.topic, x.partition) == (s["topic"], s["partition"])]
+        assert 0 < s["keys"] <= len(live)
+        assert s["state_bytes"] > 0 and s["file_bytes"] > 0
+
+    done = cli("inspect", str(clean_run.toml), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["last_committed_batch"] == doc["last_committed_batch"]
+
+
+def test_key_state_matches_ground_truth(clean_run: RunFixture) -> None:
+    target = OpsTarget.load(str(clean_run.toml))
+    log = load_batch_log(target.spark_dir, target.engine)
+    truth = next(
+        s
+        for s in clean_run.sim.ground_truth.sessions.values()
+        if s.table_exact and not s.ended and s.table
+    )
+    tp = TopicPartition(truth.topic, truth.partition)
+    doc = key_state(target, tp, truth.session, None, log)
+    assert doc["exists"]
+    rows = {rid: json.loads(text) for rid, text in doc["state"]["rows"].items()}
+    assert rows == truth.table
+    assert doc["state"]["seq"] == truth.last_seq
+
+    # At the first batch the session either had no state yet or an older seq.
+    first = key_state(target, tp, truth.session, log.batches[0].batch_id, log)
+    assert not first["exists"] or first["state"]["seq"] <= truth.last_seq
+
+    done = cli(
+        "inspect",
+        str(clean_run.toml),
+        "--key",
+        truth.session,
+        "--topic",
+        tp.topic,
+        "--partition",
+        str(tp.partition),
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["state"]["seq"] == truth.last_seq

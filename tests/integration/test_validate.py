@@ -1,0 +1,187 @@
+"""``inorder validate``: a correct run validates clean; tampered rows are reported exactly."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from inorder.commands.run import dump_toml
+from inorder.dev.sim_model import FaultRates, SimulationConfig
+from inorder.dev.simulator import SimulationResult, simulate
+from inorder.ops.target import OpsTarget
+from inorder.ops.validate import validate
+from inorder.pipeline.config import build_pipeline
+from inorder.pipeline.config import validate as validate_config
+from inorder.sinks.parquet import committed_files
+
+
+@dataclass
+class RunFixture:
+    """A simulated topic set, a finished pipeline run and its TOML file."""
+
+    toml: Path
+    config: dict[str, Any]
+    work: Path
+    sim: SimulationResult
+    prefix: str
+
+    @property
+    def output(self) -> Path:
+        return self.work / "output"
+
+
+def session_config(bootstrap: str, prefix: str, work: Path, **extra: Any) -> dict[str, Any]:
+    """A small session-table pipeline over one simulation's topics (several batches)."""
+    processor = extra.pop("processor", {"type": "sessions"})
+    return validate_config(
+        {
+            "pipeline": {
+                "name": "ops",
+                "checkpoint": str(work / "checkpoint"),
+                "trigger": "available-now",
+                "progress": "quiet",
+            },
+            "source": {
+                "bootstrap_servers": bootstrap,
+                "topic_pattern": f"{prefix}.*",
+                "max_offsets_per_trigger": extra.pop("max_offsets", 700),
+            },
+            "processor": processor,
+            "integrity": {"on_violation": extra.pop("on_violation", "restart_session")},
+            "sink": {"path": str(work / "output"), "partition_by": ["topic"]},
+            "spark": {"master": "local[2]"},
+        }
+    )
+
+
+def small_simulation(
+    prefix: str, seed: int, faulty: float = 0.0, messages: int = 1500
+) -> SimulationConfig:
+    """Two sites, two partitions each, a few snapshot/update sessions."""
+    return SimulationConfig(
+        sites=2,
+        topic_prefix=prefix,
+        partitions=2,
+        sessions_per_site=6,
+        rows_per_snapshot=5,
+        messages=messages,
+        restart_every=80,
+        faults=FaultRates(drop=0.02, duplicate=0.02, swap=0.0, malformed=0.01)
+        if faulty
+        else FaultRates(),
+        faulty_sessions=faulty,
+        seed=seed,
+    )
+
+
+def make_run(kafka: Any, work: Path, seed: int, faulty: float = 0.0, **extra: Any) -> RunFixture:
+    """Simulate, run the pipeline to the end, write its TOML file."""
+    prefix = f"ops{seed}-{random.randrange(10**9)}-"
+    sim = simulate(small_simulation(prefix, seed, faulty), kafka.bootstrap_servers)
+    config = session_config(kafka.bootstrap_servers, prefix, work, **extra)
+    build_pipeline(config).run()
+    toml = work / "pipeline.toml"
+    toml.write_text(dump_toml(config))
+    return RunFixture(toml, config, work, sim, prefix)
+
+
+def cli(
+    *args: str, stdin: str | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """Run ``inorder ARGS`` in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "inorder.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def finished_run(kafka: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> RunFixture:
+    return make_run(kafka, tmp_path_factory.mktemp("validate"), seed=41, faulty=0.3)
+
+
+def test_correct_run_validates_clean(finished_run: RunFixture) -> None:
+    report = validate(OpsTarget.load(str(finished_run.toml)))
+    assert report.partitions, "no partition validated"
+    assert report.ok, "\n".join(report.lines())
+    assert sum(p.records for p in report.partitions) == finished_run.sim.records
+    assert sum(p.expected_rows for p in report.partitions) > 0
+    assert all(p.exact_batches for p in report.partitions)
+
+    done = cli("validate", str(finished_run.toml), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ok"] is True
+
+
+def _tamper(output: Path, change: Any) -> tuple[Path, bytes]:
+    """Rewrite a committed file of the output with ``change(table)``; return its old bytes."""
+    files = sorted(committed_files(str(output)), key=lambda f: f.path)
+    target = next(f for f in files if f.rows > 20)
+    path = output / target.path
+    original = path.read_bytes()
+    pq.write_table(change(pq.read_table(path)), path)
+    return path, original
+
+
+def test_deleted_and_altered_rows_are_reported_exactly(finished_run: RunFixture) -> None:
+    run = finished_run
+    deleted: list[tuple[int, int]] = []
+    altered: list[tuple[int, int]] = []
+
+    def change(table: pa.Table) -> pa.Table:
+        rows = table.to_pylist()
+        # Delete two rows of one partition, alter one row of the same partition later on.
+        part = rows[0]["partition"]
+        mine = [i for i, r in enumerate(rows) if r["partition"] == part]
+        gone = {mine[3], mine[4]}
+        edit = mine[10]
+        for i in sorted(gone):
+            deleted.append((part, rows[i]["offset"]))
+        altered.append((part, rows[edit]["offset"]))
+        rows[edit] = {**rows[edit], "op": "tampered"}
+        kept = [r for i, r in enumerate(rows) if i not in gone]
+        return pa.Table.from_pylist(kept, schema=table.schema)
+
+    path, original = _tamper(run.output, change)
+    try:
+        report = validate(OpsTarget.load(str(run.toml)))
+        bad = [p for p in report.partitions if not p.ok]
+        assert len(bad) == 1, "\n".join(report.lines())
+        diff = bad[0]
+        assert diff.partition == deleted[0][0]
+        assert (diff.missing, diff.different, diff.extra) == (2, 1, 0)
+        assert diff.first_offset == min(o for _, o in deleted + altered)
+
+        done = cli("validate", str(run.toml), "--json")
+        assert done.returncode == 1, done.stderr
+        data = json.loads(done.stdout)
+        assert data["totals"]["missing"] == 2 and data["totals"]["different"] == 1
+
+        # Compared from after the tampered offsets, the output is clean again.
+        later = max(o for _, o in deleted + altered) + 1
+        assert validate(OpsTarget.load(str(run.toml)), from_offset=later).ok
+    finally:
+        path.write_bytes(original)
+
+
+def test_extra_rows_are_reported(finished_run: RunFixture) -> None:
+    path, original = _tamper(finished_run.output, lambda t: pa.concat_tables([t, t.slice(5, 1)]))
+    try:
+        report = validate(OpsTarget.load(str(finished_run.toml)))
+        bad = [p for p in report.partitions if not p.ok]
+        assert [(p.extra, p.missing, p.different) for p in bad] == [(1, 0, 0)]
+    finally:
+        path.write_bytes(original)
+    assert validate(OpsTarget.load(str(finished_run.toml))).ok
