@@ -103,6 +103,7 @@ def _check_values(config: Config, origin: str) -> None:
         ("pipeline", "tick_interval"),
         ("source", "topic_discovery_interval"),
         ("integrity", "lateness"),
+        ("notify", "stall_after"),
     ):
         text = config[section][key]
         if text:
@@ -258,6 +259,18 @@ def build_pipeline(config: Config) -> Any:
             {**config["sink"], "path": config["dead_letter"]["path"], "partition_by": ["topic"]}
         )
     tick = pipeline["tick_interval"]
+    observers: list[Any] = []
+    notify = config["notify"]
+    if notify["webhook_url"] or notify["command"]:
+        from inorder.ops.notify import Notifier, NotifySettings
+
+        observers.append(Notifier(NotifySettings.from_config(notify), pipeline["name"]))
+    if config["metrics"]["port"] >= 0:
+        from inorder.ops.metrics import MetricsExporter
+
+        observers.append(
+            MetricsExporter(config["metrics"]["port"], config["metrics"]["host"], pipeline["name"])
+        )
     return Pipeline(
         source=_make_source(config["source"]),
         processor=processor,
@@ -273,6 +286,7 @@ def build_pipeline(config: Config) -> Any:
         spark_conf={str(k): str(v) for k, v in config["spark"]["conf"].items()},
         progress=pipeline["progress"],
         tick_interval=parse_duration(tick) if tick else None,
+        observers=observers,
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +15,7 @@ from inorder.sinks.base import Sink
 if TYPE_CHECKING:
     from inorder.codecs.base import Codec
     from inorder.kafka.api import KafkaSource
+    from inorder.ops.observer import RunObserver
     from inorder.pipeline.progress import RunSummary
 
 Backend = Literal["partition"]
@@ -45,6 +46,7 @@ class Pipeline(Generic[Msg, State, Out]):
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     progress: str = "auto"
     tick_interval: timedelta | None = None
+    observers: Sequence[RunObserver] = ()
 
     def resolved_codec(self) -> Codec[Msg]:
         """The codec to use: given, the processor's default, or JSON into its message type."""

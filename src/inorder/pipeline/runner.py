@@ -59,6 +59,9 @@ class PipelineRunner:
         self._reports: dict[int, Any] = {}
         self._batches_done = 0
         self._spark: Any = None
+        from inorder.ops.observer import SafeObservers
+
+        self._observers = SafeObservers(pipeline.observers)
         self._backend: Any = None
 
     # -- paths -------------------------------------------------------------------------------
@@ -182,6 +185,7 @@ class PipelineRunner:
             master=p.spark_master, app_name=p.name, conf=dict(p.spark_conf)
         )
         df = p.source.load(self._spark, extra_options=self._source_options())
+        self._observers.on_start()
         query = (
             df.writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", f"{self.checkpoint.rstrip('/')}/spark")
@@ -193,7 +197,10 @@ class PipelineRunner:
         printed: set[int] = set()
         try:
             while query.isActive:
-                query.awaitTermination(0.5)
+                try:
+                    query.awaitTermination(0.5)
+                except Exception:  # the query failed: _raise_failure reports why
+                    break
                 self._report_progress(query, printed, summary)
                 if self._stop.is_set() and query.isActive:
                     with self._in_batch:
@@ -204,7 +211,13 @@ class PipelineRunner:
             restore()
         self._report_progress(query, printed, summary)
         summary.seconds = time.monotonic() - started
-        self._raise_failure(query)
+        try:
+            self._raise_failure(query)
+        except InorderError as exc:
+            self._observers.on_failure(exc)
+            self._observers.on_stop()
+            raise
+        self._observers.on_stop()
         if not summary.stopped_because:
             summary.stopped_because = "caught up" if "processingTime" not in trigger else "ended"
         if self._spark is not None:
@@ -236,6 +249,7 @@ class PipelineRunner:
             line = batch_progress(batch_id, report, data)
             summary.add(line)
             self.reporter.batch(line)
+            self._observers.on_batch(line, _lag_by_partition(data))
 
     def _install_signal_handlers(self) -> Callable[[], None]:
         if not self.handle_signals or threading.current_thread() is not threading.main_thread():
@@ -270,15 +284,18 @@ def _progress_dict(progress: Any) -> dict[str, Any]:
     return dict(progress)
 
 
+def _lag_by_partition(progress: dict[str, Any]) -> dict[str, int] | None:
+    from inorder.kafka.lag import lag_from_progress
+
+    try:
+        return {str(tp): int(n) for tp, n in lag_from_progress(progress).items()}
+    except Exception:  # lag is informative: never fail a run over it
+        return None
+
+
 def _lag(progress: dict[str, Any]) -> int | None:
-    try:
-        from inorder.kafka.lag import lag_from_progress
-    except ImportError:
-        return None
-    try:
-        return sum(lag_from_progress(progress).values())
-    except Exception:
-        return None
+    by_partition = _lag_by_partition(progress)
+    return None if by_partition is None else sum(by_partition.values())
 
 
 def batch_progress(batch_id: int, report: Any, progress: dict[str, Any]) -> BatchProgress:

@@ -142,6 +142,26 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             "(default: <sink path>/_dead_letter).",
         ),
     },
+    "notify": {
+        "webhook_url": Setting(str, "", "POST a JSON event here on failure, stall or violations."),
+        "command": Setting((str, list), "", "Run this command with the JSON event on stdin."),
+        "stall_after": Setting(
+            str, "30 minutes", "Notify when no batch finished for this long while lag > 0."
+        ),
+        "violation_threshold": Setting(
+            int, 1, "Notify when a batch has at least this many integrity events."
+        ),
+        "retries": Setting(int, 5, "Delivery attempts per event (exponential backoff)."),
+        "backoff_seconds": Setting(float, 1.0, "First retry delay."),
+        "timeout_seconds": Setting(float, 10.0, "Timeout of one delivery attempt."),
+        "headers": Setting(dict, {}, "Extra HTTP headers for the webhook (e.g. auth)."),
+    },
+    "metrics": {
+        "port": Setting(
+            int, -1, "Serve Prometheus metrics on this port (-1: off; 0: any free port)."
+        ),
+        "host": Setting(str, "127.0.0.1", "Address the metrics endpoint binds to."),
+    },
     "spark": {
         "master": Setting(
             str,
