@@ -1,0 +1,126 @@
+"""``KafkaSource``: the Kafka source as pipelines configure it, turned into Spark options."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from inorder.errors import ConfigError
+from inorder.kafka.options import parse_options, redact
+
+
+def _millis(value: str | timedelta | float | int) -> str:
+    if isinstance(value, timedelta):
+        return str(int(value.total_seconds() * 1000))
+    if isinstance(value, int | float):
+        return str(int(value * 1000))  # seconds
+    return value
+
+
+@dataclass(frozen=True, repr=False)
+class KafkaSource:
+    """Where a pipeline reads from: one of ``topic_pattern``, ``topics`` or ``assign``.
+
+    ``starting_offsets`` is ``"earliest"``, ``"latest"`` or per-partition offsets
+    (``{"topic": {"0": 42}}``, as a dict or JSON text); it applies when a query starts
+    without a checkpoint. ``topic_discovery_interval`` is a duration (``"30 seconds"``, a
+    ``timedelta`` or seconds as a number). ``kafka_options`` are librdkafka settings (SASL,
+    SSL, ...) passed through; they are never printed. ``options`` adds any other source option
+    by its Spark name (see docs/kafka-source.md).
+    """
+
+    bootstrap_servers: str
+    topic_pattern: str | None = None
+    topics: Sequence[str] | None = None
+    assign: Mapping[str, Sequence[int]] | str | None = None
+    starting_offsets: str | Mapping[str, Mapping[str, int]] = "earliest"
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
+    topic_discovery_interval: str | timedelta | float | None = None
+    new_topic_starting_offsets: str = "earliest"
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        what = (
+            f"topic_pattern={self.topic_pattern!r}"
+            if self.topic_pattern
+            else f"topics={list(self.topics or [])!r}"
+            if self.topics
+            else f"assign={self.assign!r}"
+        )
+        return (
+            f"KafkaSource(bootstrap_servers={self.bootstrap_servers!r}, {what}, "
+            f"kafka_options={redact(self.kafka_options)!r})"
+        )
+
+    def to_options(self) -> dict[str, str]:
+        """The ``readStream`` options (Spark Kafka connector names)."""
+        opts: dict[str, str] = {"kafka.bootstrap.servers": self.bootstrap_servers}
+        given = [
+            n
+            for n, v in (
+                ("topic_pattern", self.topic_pattern),
+                ("topics", self.topics),
+                ("assign", self.assign),
+            )
+            if v
+        ]
+        if len(given) != 1:
+            raise ConfigError(
+                "topic_pattern, topics, assign: exactly one is required (given: "
+                + (", ".join(given) or "none")
+                + ")"
+            )
+        if self.topic_pattern:
+            opts["subscribePattern"] = self.topic_pattern
+        elif self.topics:
+            opts["subscribe"] = ",".join(self.topics)
+        else:
+            assign = self.assign
+            opts["assign"] = (
+                assign
+                if isinstance(assign, str)
+                else json.dumps({t: list(p) for t, p in (assign or {}).items()})
+            )
+        starting = self.starting_offsets
+        opts["startingOffsets"] = (
+            starting
+            if isinstance(starting, str)
+            else json.dumps({t: dict(p) for t, p in starting.items()})
+        )
+        if self.max_offsets_per_trigger:
+            opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        opts["failOnDataLoss"] = "true" if self.fail_on_data_loss else "false"
+        opts["includeHeaders"] = "true" if self.include_headers else "false"
+        if self.topic_discovery_interval is not None:
+            opts["topicDiscoveryInterval"] = _millis(self.topic_discovery_interval)
+        opts["newTopicStartingOffsets"] = self.new_topic_starting_offsets
+        for key, value in self.kafka_options.items():
+            opts[key if key.startswith("kafka.") else f"kafka.{key}"] = str(value)
+        opts.update({k: str(v) for k, v in self.options.items()})
+        return opts
+
+    def check(self, extra_options: Mapping[str, str] | None = None) -> None:
+        """Validate the options and reach the broker (bounded time); raise ``ConfigError``."""
+        from inorder.kafka.admin import KafkaAdmin
+
+        parsed = parse_options({**self.to_options(), **(extra_options or {})})
+        admin = KafkaAdmin(parsed)
+        if parsed.subscribe or parsed.assign:
+            admin.check_subscription()
+        else:
+            admin.topic_partitions()
+
+    def load(self, spark: Any, extra_options: Mapping[str, str] | None = None) -> Any:
+        """The streaming DataFrame (registers the source, checks options and broker first)."""
+        from inorder.kafka.source import KafkaDataSource
+
+        options = {**self.to_options(), **(extra_options or {})}
+        self.check(extra_options)
+        spark.dataSource.register(KafkaDataSource)
+        return spark.readStream.format(KafkaDataSource.name()).options(**options).load()

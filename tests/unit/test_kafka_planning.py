@@ -1,0 +1,291 @@
+"""Pure planning, offsets, options, markers and lag of the Kafka source (no broker)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pyarrow as pa
+import pytest
+
+from inorder.errors import ConfigError
+from inorder.kafka.api import KafkaSource
+from inorder.kafka.consumer import SOURCE_ARROW_SCHEMA, marker_batch
+from inorder.kafka.lag import lag_from_progress, source_counters, total_lag
+from inorder.kafka.markers import is_marker, marker_mask, parse_marker
+from inorder.kafka.offsets import SourceOffset, parse_partition_offsets
+from inorder.kafka.options import parse_options, redact
+from inorder.kafka.planning import (
+    LossKind,
+    Watermarks,
+    fair_share,
+    next_offset,
+    next_tick,
+    plan_ranges,
+    should_wait,
+)
+from inorder.records import TopicPartition as TP
+
+A0, A1, A10, A2, B0 = TP("a", 0), TP("a", 1), TP("a", 10), TP("a", 2), TP("b", 0)
+BASE = {"kafka.bootstrap.servers": "h:9092", "subscribe": "a"}
+
+
+# -- offsets -----------------------------------------------------------------------------
+
+
+def test_offset_json_is_canonical_whatever_the_insertion_order() -> None:
+    one = SourceOffset({B0: 1, A10: 3, A2: 2, A0: 0}, tick=5)
+    two = SourceOffset({A0: 0, A2: 2, B0: 1, A10: 3}, tick=5)
+    assert one.to_json() == two.to_json()
+    text = one.to_json()
+    assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    # What Spark serialises (plain json.dumps of the dict) is sorted too.
+    assert json.dumps(one.to_dict()) == json.dumps(one.to_dict(), sort_keys=True)
+    assert '"a":{"0":0,"10":3,"2":2}' in text
+
+
+def test_offset_round_trip_keeps_counters_and_flags() -> None:
+    offset = SourceOffset({A0: 7}, tick=3, lost_records=4, pruned_partitions=2)
+    assert SourceOffset.from_json(offset.to_json()) == offset
+    initial = SourceOffset(initial=True)
+    assert SourceOffset.from_dict(initial.to_dict()).initial
+    assert "tick" not in SourceOffset({A0: 1}).to_dict()
+
+
+def test_parse_partition_offsets_errors_name_the_option() -> None:
+    assert parse_partition_offsets('{"a": {"0": 5, "1": -2}}', "startingOffsets") == {
+        A0: 5,
+        A1: -2,
+    }
+    with pytest.raises(ConfigError, match="startingOffsets: not valid JSON"):
+        parse_partition_offsets("{nope", "startingOffsets")
+    with pytest.raises(ConfigError, match="startingOffsets: partition id 'x'"):
+        parse_partition_offsets('{"a": {"x": 1}}', "startingOffsets")
+
+
+# -- planning ------------------------------------------------------------------------------
+
+
+def test_plan_ranges_with_and_without_markers() -> None:
+    start = SourceOffset({A0: 5, A1: 3})
+    end = SourceOffset({A0: 9, A1: 3, B0: 4})  # b0 is new: enters at 4, read next batch
+    assert [(r.tp, r.start, r.end) for r in plan_ranges(start, end, markers=False)] == [(A0, 5, 9)]
+    assert [(r.tp, r.start, r.end) for r in plan_ranges(start, end, markers=True)] == [
+        (A0, 5, 9),
+        (A1, 3, 3),
+        (B0, 4, 4),
+    ]
+
+
+def test_fair_share_is_max_min_fair_and_exact() -> None:
+    backlogs = {A0: 1000, A1: 5, B0: 40}
+    granted = fair_share(backlogs, 100)
+    assert granted == {A0: 55, A1: 5, B0: 40}
+    assert sum(fair_share({A0: 10, A1: 10, B0: 10}, 7).values()) == 7
+    assert fair_share({A0: 10, A1: 10, B0: 10}, 7) == {A0: 3, A1: 2, B0: 2}
+    assert fair_share({A0: 3}, 100) == {A0: 3}
+
+
+def test_next_offset_caps_by_max_offsets_fairly() -> None:
+    start = SourceOffset({A0: 0, A1: 100})
+    marks = {A0: Watermarks(0, 1000), A1: Watermarks(0, 110)}
+    result = next_offset(start, watermarks=marks, max_offsets=50)
+    assert dict(result.offset.positions) == {A0: 40, A1: 110}
+    assert result.available == 1010
+    assert dict(next_offset(start, watermarks=marks).offset.positions) == {A0: 1000, A1: 110}
+
+
+def test_new_partitions_enter_at_their_start_without_reading() -> None:
+    start = SourceOffset({A0: 3})
+    marks = {A0: Watermarks(0, 3), B0: Watermarks(2, 9)}
+    result = next_offset(start, watermarks=marks, new_starts={B0: 2})
+    assert dict(result.offset.positions) == {A0: 3, B0: 2}
+    assert result.new_partitions == (B0,)
+    # Next trigger: b0 is read from 2.
+    after = next_offset(result.offset, watermarks=marks)
+    assert after.offset.positions[B0] == 9
+
+
+def test_expired_offsets_are_a_loss_naming_the_offsets() -> None:
+    start = SourceOffset({A0: 10})
+    result = next_offset(start, watermarks={A0: Watermarks(25, 40)})
+    (loss,) = result.losses
+    assert loss.kind is LossKind.EXPIRED
+    assert "topic 'a' partition 0" in loss.message()
+    assert "expected offset 10" in loss.message() and "earliest available offset is 25" in (
+        loss.message()
+    )
+    assert result.offset.positions[A0] == 40  # skip mode: reads 25..40 next
+    assert result.offset.lost_records == 15
+
+
+def test_deleted_topic_is_pruned_and_loss_only_with_unread_records() -> None:
+    start = SourceOffset({A0: 10, B0: 5})
+    marks = {B0: Watermarks(0, 5)}
+    clean = next_offset(start, watermarks=marks, gone=[A0], last_known_high={A0: 10})
+    assert clean.losses == () and clean.pruned == (A0,)
+    assert dict(clean.offset.positions) == {B0: 5} and clean.offset.pruned_partitions == 1
+    lossy = next_offset(start, watermarks=marks, gone=[A0], last_known_high={A0: 12})
+    assert [e.kind for e in lossy.losses] == [LossKind.DELETED]
+
+
+def test_offset_beyond_end_is_a_reset_and_pruned() -> None:
+    result = next_offset(SourceOffset({A0: 50}), watermarks={A0: Watermarks(0, 3)})
+    assert [e.kind for e in result.losses] == [LossKind.RESET]
+    assert A0 not in result.offset.positions
+
+
+def test_available_now_target_caps_positions_and_new_partitions() -> None:
+    start = SourceOffset({A0: 0})
+    marks = {A0: Watermarks(0, 100)}
+    result = next_offset(start, watermarks=marks, target={A0: 60})
+    assert result.offset.positions[A0] == 60
+
+
+def test_min_offsets_and_trigger_delay() -> None:
+    kw = {"min_offsets": 100, "max_trigger_delay": 10.0}
+    assert should_wait(available=5, seconds_since_last_batch=1, **kw)  # type: ignore[arg-type]
+    assert not should_wait(available=5, seconds_since_last_batch=11, **kw)  # type: ignore[arg-type]
+    assert not should_wait(available=100, seconds_since_last_batch=1, **kw)  # type: ignore[arg-type]
+    assert not should_wait(
+        available=0, min_offsets=None, seconds_since_last_batch=0, max_trigger_delay=0
+    )
+
+
+def test_tick_never_goes_backwards() -> None:
+    assert next_tick(None, 10_500, 1000) == 10
+    assert next_tick(12, 10_500, 1000) == 12
+
+
+# -- options -------------------------------------------------------------------------------
+
+
+def test_options_are_case_insensitive_with_spark_names() -> None:
+    opts = parse_options(
+        {
+            "KAFKA.BOOTSTRAP.SERVERS": "h:9092",
+            "subscribepattern": "site-.*",
+            "STARTINGOFFSETS": "earliest",
+            "maxOffsetsPerTrigger": "500",
+            "failondataloss": "false",
+            "includeHeaders": "true",
+            "topicDiscoveryInterval": "2 seconds",
+            "kafka.security.protocol": "SASL_SSL",
+            "inorder.partitionmarkers": "true",
+            "inorder.tickIntervalMs": "2000",
+        }
+    )
+    assert opts.subscribe_pattern == "site-.*" and opts.starting_offsets == "earliest"
+    assert opts.max_offsets_per_trigger == 500 and not opts.fail_on_data_loss
+    assert opts.include_headers and opts.partition_markers and opts.tick_interval_ms == 2000
+    assert opts.topic_discovery_interval.total_seconds() == 2
+    assert opts.kafka == {"security.protocol": "SASL_SSL"}
+    assert opts.isolation_level == "read_committed"
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"subscribePattern": "x"}, "subscribe, subscribePattern, assign: exactly one"),
+        ({"bogus": "1"}, "bogus: unknown option"),
+        ({"minPartitions": "4"}, "minPartitions: not supported"),
+        ({"kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset: not supported"),
+        ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger: must be at least 1"),
+        ({"maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger: expected an integer"),
+        ({"startingOffsets": "middle"}, "startingOffsets: expected earliest"),
+        (
+            {"startingOffsets": "earliest", "startingTimestamp": "5"},
+            "startingOffsets, startingTimestamp: conflicting",
+        ),
+        (
+            {"minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"},
+            "minOffsetsPerTrigger, maxOffsetsPerTrigger: conflicting",
+        ),
+        ({"maxTriggerDelay": "5 s"}, "maxTriggerDelay: only meaningful"),
+        ({"failOnDataLoss": "maybe"}, "failOnDataLoss: expected true or false"),
+        ({"kafka.isolation.level": "dirty"}, "kafka.isolation.level"),
+        ({"newTopicStartingOffsets": "middle"}, "newTopicStartingOffsets"),
+    ],
+)
+def test_bad_options_name_the_option(extra: dict[str, str], match: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(match)):
+        parse_options({**BASE, **extra})
+
+
+def test_invalid_regex_and_missing_bootstrap() -> None:
+    with pytest.raises(ConfigError, match="subscribePattern: invalid regex"):
+        parse_options({"kafka.bootstrap.servers": "h", "subscribePattern": "a[("})
+    with pytest.raises(ConfigError, match=re.escape("kafka.bootstrap.servers: required")):
+        parse_options({"subscribe": "a"})
+    with pytest.raises(ConfigError, match="given twice"):
+        parse_options({**BASE, "Subscribe": "b"})
+
+
+def test_jaas_config_is_translated_and_secrets_redacted() -> None:
+    opts = parse_options(
+        {
+            **BASE,
+            "kafka.sasl.jaas.config": 'org.apache...PlainLoginModule required username="u" '
+            'password="s3cret";',
+            "kafka.ssl.key.password": "pw",
+        }
+    )
+    assert opts.kafka["sasl.username"] == "u" and opts.kafka["sasl.password"] == "s3cret"
+    shown = str(opts.redacted_kafka())
+    assert "s3cret" not in shown and "pw'" not in shown and "'u'" in shown
+    assert redact({"sasl.oauthbearer.client.secret": "x"}) == {
+        "sasl.oauthbearer.client.secret": "***"
+    }
+
+
+def test_kafka_source_to_options_round_trips_through_the_parser() -> None:
+    source = KafkaSource(
+        bootstrap_servers="h:9092",
+        topic_pattern="site-.*",
+        max_offsets_per_trigger=100,
+        fail_on_data_loss=False,
+        kafka_options={"sasl.password": "hidden", "kafka.security.protocol": "SASL_SSL"},
+        topic_discovery_interval="5 seconds",
+    )
+    opts = parse_options(source.to_options())
+    assert opts.subscribe_pattern == "site-.*" and opts.starting_offsets == "earliest"
+    assert opts.kafka == {"sasl.password": "hidden", "security.protocol": "SASL_SSL"}
+    assert opts.topic_discovery_interval.total_seconds() == 5
+    assert "hidden" not in repr(source)
+    with pytest.raises(ConfigError, match="exactly one"):
+        KafkaSource(bootstrap_servers="h", topics=["a"], topic_pattern="b").to_options()
+    assign = KafkaSource(bootstrap_servers="h", assign={"a": [0, 1]}).to_options()
+    assert parse_options(assign).assign == (A0, A1)
+
+
+# -- markers and lag -----------------------------------------------------------------------
+
+
+def test_marker_rows_round_trip() -> None:
+    batch = marker_batch(A1, 5, 9)
+    assert batch.schema == SOURCE_ARROW_SCHEMA
+    (row,) = batch.to_pylist()
+    assert is_marker(row)
+    marker = parse_marker(row)
+    assert marker is not None and (marker.tp, marker.start, marker.end) == (A1, 5, 9)
+    record = {**row, "value": b"x", "timestampType": 0, "headers": None}
+    assert not is_marker(record) and parse_marker(record) is None
+    both = pa.Table.from_batches([batch]).to_batches()[0]
+    assert marker_mask(both).to_pylist() == [True]
+
+
+def test_lag_from_progress() -> None:
+    progress = {
+        "sources": [
+            {
+                "endOffset": json.dumps(
+                    SourceOffset({A0: 10, A1: 5}, pruned_partitions=1).to_dict()
+                ),
+                "latestOffset": SourceOffset({A0: 25, A1: 5}).to_dict(),
+            },
+            {"endOffset": "42", "latestOffset": "50"},  # some other source
+        ]
+    }
+    assert lag_from_progress(progress) == {A0: 15, A1: 0}
+    assert total_lag(json.dumps(progress)) == 15
+    assert source_counters(progress) == {"lostRecords": 0, "prunedPartitions": 1}
