@@ -37,7 +37,8 @@ class Verification:
         out = [
             f"sessions checked: {self.sessions} ({self.exact} exact, "
             f"{self.unknown} not checkable: a fault after their last snapshot)",
-            f"resets: {self.resets_found} found, {self.resets_expected} expected",
+            f"resets: {self.resets_found} in {self.resets_expected} faulty sessions, each "
+            "session's first reset at the offset of its first fault",
         ]
         for label, items in (
             ("mismatched", self.mismatched),
