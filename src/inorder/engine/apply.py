@@ -1,0 +1,526 @@
+"""The ordered-apply core: one topic-partition's records, in offset order, through a processor.
+
+This module is pure Python (no Spark, no storage). The Spark task of the partition backend and
+the plain-Python reference runner both drive :class:`OrderedApplier`, so their semantics
+cannot diverge. Per record, in this order:
+
+1. **Replay check.** A record at or below the partition's last consumed offset was already
+   applied (a re-read after a restart): it is skipped silently and counted as ``replayed``.
+   Gaps between offsets are normal (transaction markers, compaction) and not violations.
+2. **Decode.** :class:`~inorder.codecs.base.DecodeError` is the ``undecodable`` violation,
+   blamed on ``processor.record_key(kafka_key)``.
+3. **Watermark.** The record's event time (``processor.event_time``) may raise the
+   partition's watermark (max event time - lateness). Event-time timers whose deadline the
+   new watermark reaches fire first, ordered by ``(deadline, key)``.
+4. **Ignored keys.** Under ``restart_session`` a key that broke a rule is skipped until a
+   message for which ``processor.starts_session(msg)`` is true.
+5. **Sequence check** (``Integrity.strict(sequence_field=...)``): per key the field goes up by
+   exactly one; a message that starts a session may restart it. Otherwise ``sequence_gap``
+   (skipped ahead), ``sequence_repeat`` (same or lower) or ``sequence_missing``.
+6. **process.** A :class:`~inorder.processor.Violation` it raises discards the rows of that
+   call and leaves the key's state as it was (under ``dead_letter`` the state is copied
+   before the call to make that true; ``fail`` stops and ``restart_session`` drops it anyway).
+
+Processing-time timers fire in :meth:`OrderedApplier.finish`, at the end of the batch, for
+deadlines at or before the batch's processing time. A timeout's rows carry the offset of the
+last record applied to its key. An exception other than ``Violation`` from user code is a bug,
+not a data problem: it stops the partition with the ``processor_error`` rule whatever the
+policy (skipping records because of a bug would lose them silently).
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from inorder.codecs.base import Codec, DecodeError
+from inorder.engine.context import (
+    EVENT_TIME,
+    PROCESSING_TIME,
+    TIMER_CLEAR,
+    TIMER_SET,
+    EngineContext,
+    delta_micros,
+    to_micros,
+)
+from inorder.integrity import Integrity
+from inorder.processor import Processor, Violation
+from inorder.state.entry import KeyEntry, PartitionMeta
+
+#: One record of a topic-partition: ``(offset, kafka_key, value, timestamp_us, headers)``.
+RecordTuple = tuple[int, bytes | None, bytes | None, int | None, Any]
+
+#: Rule name for exceptions (other than Violation) raised by user code.
+PROCESSOR_ERROR = "processor_error"
+
+_ABSENT: Any = object()  # loaded from the view and found missing: nothing to write back
+_MISSING: Any = object()  # not looked up yet
+_TIMER_CHUNK = 1024
+
+
+class StateView(Protocol):
+    """Read access to the committed state of one topic-partition (before this batch)."""
+
+    def load(self, key: str) -> KeyEntry | None:
+        """The entry of ``key``, or ``None`` when the key has none."""
+        ...
+
+    def timers_after(
+        self, kind: int, after: tuple[int, str] | None, limit: int
+    ) -> list[tuple[int, str]]:
+        """Up to ``limit`` timers ``(deadline, key)`` of ``kind`` after ``after``, in order."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ViolationEvent:
+    """A record (or timeout) that broke a rule, and the policy applied."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str | None
+    rule: str
+    detail: str
+    policy: str
+
+    def message(self) -> str:
+        """One line naming topic, partition, offset, key and rule."""
+        key = "unknown" if self.key is None else repr(self.key)
+        return (
+            f"{self.rule} at {self.topic}[{self.partition}] offset {self.offset} "
+            f"(key {key}): {self.detail}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable form."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "key": self.key,
+            "rule": self.rule,
+            "detail": self.detail,
+            "policy": self.policy,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ViolationEvent:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            str(data["topic"]),
+            int(data["partition"]),
+            int(data["offset"]),
+            data.get("key"),
+            str(data["rule"]),
+            str(data["detail"]),
+            str(data["policy"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record routed to the dead-letter output, with the reason."""
+
+    offset: int
+    kafka_key: bytes | None
+    value: bytes | None
+    timestamp_us: int | None
+    key: str | None
+    rule: str
+    detail: str
+
+
+def _has_own(processor: Processor[Any, Any, Any], name: str) -> bool:
+    return getattr(type(processor), name) is not getattr(Processor, name)
+
+
+class OrderedApplier:
+    """Applies the records of ONE topic-partition, in offset order, for one micro-batch.
+
+    Feed records with :meth:`apply` (any number of calls), then call :meth:`finish` once.
+    Results: :attr:`rows` with :attr:`row_offsets` (origin offset per row), :attr:`entries`
+    (keys touched: new :class:`KeyEntry`, or ``None`` for deleted; entries equal to
+    ``_ABSENT`` are skipped by :meth:`changes`), :attr:`meta`, :attr:`violations`,
+    :attr:`dead_letters`, :attr:`violation_counts`, :attr:`counters`, and :attr:`failed` (the
+    event that stopped the partition, if any).
+    """
+
+    def __init__(
+        self,
+        processor: Processor[Any, Any, Any],
+        codec: Codec[Any],
+        integrity: Integrity,
+        view: StateView,
+        topic: str,
+        partition: int,
+        batch_id: int,
+        processing_time: datetime | int,
+        meta: PartitionMeta,
+        *,
+        max_events: int | None = None,
+        copy_state: Callable[[Any], Any] = copy.deepcopy,
+    ) -> None:
+        self.processor = processor
+        self.codec = codec
+        self.integrity = integrity
+        self.view = view
+        self.topic = topic
+        self.partition = partition
+        self.batch_id = batch_id
+        self.processing_us = (
+            processing_time if isinstance(processing_time, int) else to_micros(processing_time)
+        )
+        self.meta = meta
+        self.max_events = max_events
+        self.copy_state = copy_state
+        self.ctx = EngineContext(topic, partition, batch_id, self.processing_us)
+        self._lateness = delta_micros(integrity.lateness)
+        if meta.max_event_us is not None:
+            self.ctx._watermark_us = meta.max_event_us - self._lateness
+        self._custom_event_time = _has_own(processor, "event_time")
+        self._seq_field = integrity.sequence_field if integrity.tier != "none" else None
+        self._policy = integrity.on_violation
+
+        self.entries: dict[str, Any] = {}
+        self.rows: list[Any] = []
+        self.row_offsets: list[int] = []
+        self.violations: list[ViolationEvent] = []
+        self.dead_letters: list[DeadLetter] = []
+        self.violation_counts: dict[str, int] = {}
+        self.counters: dict[str, int] = {"records": 0, "replayed": 0, "ignored": 0, "timeouts": 0}
+        self.failed: ViolationEvent | None = None
+        self.first_offset: int | None = None
+
+        # Timers: a heap per kind of candidate (deadline, key), validated against the key's
+        # entry when popped (entries changed in this batch make store candidates stale).
+        # ``_cursor`` is the last store timer pulled into the heap; ``_exhausted`` says the
+        # store has none after it.
+        self._heaps: dict[int, list[tuple[int, str]]] = {PROCESSING_TIME: [], EVENT_TIME: []}
+        self._cursor: dict[int, tuple[int, str] | None] = {PROCESSING_TIME: None, EVENT_TIME: None}
+        self._exhausted: dict[int, bool] = {PROCESSING_TIME: False, EVENT_TIME: False}
+        self._refill(EVENT_TIME)
+        self._et_hint = self._hint(EVENT_TIME)
+
+    # -- results -----------------------------------------------------------------------------
+
+    def changes(self) -> dict[str, KeyEntry | None]:
+        """Keys to write back: their new entry, or ``None`` to delete."""
+        return {k: v for k, v in self.entries.items() if v is not _ABSENT}
+
+    # -- state access ------------------------------------------------------------------------
+
+    def _get(self, key: str) -> KeyEntry | None:
+        entry = self.entries.get(key, _MISSING)
+        if entry is _MISSING:
+            loaded = self.view.load(key)
+            self.entries[key] = _ABSENT if loaded is None else loaded
+            return loaded
+        return None if entry is _ABSENT else entry
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def _refill(self, kind: int) -> None:
+        """Pull store timers into the heap until its top is the global minimum."""
+        heap = self._heaps[kind]
+        while not self._exhausted[kind]:
+            cursor = self._cursor[kind]
+            if heap and cursor is not None and heap[0] <= cursor:
+                return
+            chunk = self.view.timers_after(kind, cursor, _TIMER_CHUNK)
+            for item in chunk:
+                heapq.heappush(heap, item)
+            if len(chunk) < _TIMER_CHUNK:
+                self._exhausted[kind] = True
+            if chunk:
+                self._cursor[kind] = chunk[-1]
+
+    def _hint(self, kind: int) -> int | None:
+        """A lower bound of the next due deadline of ``kind`` (``None``: no timer at all)."""
+        heap = self._heaps[kind]
+        best = heap[0][0] if heap else None
+        cursor = self._cursor[kind]
+        if not self._exhausted[kind] and cursor is not None and (best is None or cursor[0] < best):
+            best = cursor[0]
+        return best
+
+    def _fire_due(self, kind: int, upto: int) -> None:
+        """Fire the timers of ``kind`` due at ``upto``, ordered by (deadline, key).
+
+        The due set is fixed first: a timer set by ``on_timeout`` during this pass waits for
+        the next opportunity (next watermark rise, or next batch), so a timeout that re-arms
+        itself in the past cannot loop.
+        """
+        heap = self._heaps[kind]
+        due: list[tuple[int, str]] = []
+        while True:
+            self._refill(kind)
+            if not heap or heap[0][0] > upto:
+                break
+            deadline, key = heapq.heappop(heap)
+            entry = self._get(key)
+            if (
+                entry is not None
+                and entry.timer == deadline
+                and entry.timer_kind == kind
+                and (not due or due[-1] != (deadline, key))
+            ):
+                due.append((deadline, key))
+        for deadline, key in due:
+            if self.failed is not None:
+                return
+            entry = self._get(key)
+            if entry is None or entry.timer != deadline or entry.timer_kind != kind:
+                continue
+            self._timeout(key, entry)
+        if kind == EVENT_TIME:
+            self._et_hint = self._hint(EVENT_TIME)
+
+    def _timeout(self, key: str, entry: KeyEntry) -> None:
+        ctx = self.ctx
+        entry.timer = None
+        self.entries[key] = entry
+        ctx.set_record(entry.last_offset, entry.kafka_key, entry.last_ts, None)
+        ctx.begin_call(key, ctx._watermark_us)
+        self.counters["timeouts"] += 1
+        snapshot = self.copy_state(entry.state) if self._policy == "dead_letter" else None
+        try:
+            produced = self.processor.on_timeout(entry.state, key, ctx)
+            rows = list(produced) if produced is not None else []
+        except Violation as violation:
+            if snapshot is not None:
+                entry.state = snapshot
+            self._violation(violation.rule, violation.detail, key, entry.last_offset, None, None)
+            return
+        except Exception as exc:
+            self._bug(exc, key, entry.last_offset, "on_timeout")
+            return
+        self._emit(rows, entry.last_offset)
+        self._after_call(key, entry)
+
+    def _after_call(self, key: str, entry: KeyEntry) -> None:
+        """Apply the requests the processor made during a successful call."""
+        ctx = self.ctx
+        if ctx._reset:
+            self.entries[key] = None
+            return
+        op = ctx._timer_op
+        if op == TIMER_SET:
+            deadline = ctx._timer_deadline
+            kind = ctx._timer_kind
+            entry.timer = deadline
+            entry.timer_kind = kind
+            heapq.heappush(self._heaps[kind], (deadline, key))
+            if kind == EVENT_TIME and (self._et_hint is None or deadline < self._et_hint):
+                self._et_hint = deadline
+        elif op == TIMER_CLEAR:
+            entry.timer = None
+
+    # -- outputs and violations --------------------------------------------------------------
+
+    def _emit(self, rows: list[Any], offset: int) -> None:
+        if rows:
+            self.rows.extend(rows)
+            self.row_offsets.extend([offset] * len(rows))
+
+    def _record_event(self, event: ViolationEvent) -> None:
+        self.violation_counts[event.rule] = self.violation_counts.get(event.rule, 0) + 1
+        if self.max_events is None or len(self.violations) < self.max_events:
+            self.violations.append(event)
+
+    def _bug(self, exc: BaseException, key: str | None, offset: int, where: str) -> None:
+        detail = f"{type(self.processor).__name__}.{where} raised {type(exc).__name__}: {exc}"
+        event = ViolationEvent(
+            self.topic, self.partition, offset, key, PROCESSOR_ERROR, detail, "fail"
+        )
+        self._record_event(event)
+        self.failed = event
+
+    def _violation(
+        self,
+        rule: str,
+        detail: str,
+        key: str | None,
+        offset: int,
+        value: bytes | None,
+        ts_us: int | None,
+        kafka_key: bytes | None = None,
+    ) -> None:
+        policy = self._policy
+        event = ViolationEvent(self.topic, self.partition, offset, key, rule, detail, policy)
+        self._record_event(event)
+        if policy == "fail":
+            self.failed = event
+        elif policy == "dead_letter":
+            self.dead_letters.append(DeadLetter(offset, kafka_key, value, ts_us, key, rule, detail))
+        elif key is not None:  # restart_session: drop the key, ignore it until a new session
+            ctx = self.ctx
+            ctx.begin_call(key, ctx._event_us)
+            try:
+                produced = self.processor.on_reset(key, Violation(rule, detail), ctx)
+                rows = list(produced) if produced is not None else []
+            except Exception as exc:
+                self._bug(exc, key, offset, "on_reset")
+                return
+            self._emit(rows, offset)
+            self.entries[key] = KeyEntry(None, last_offset=offset, ignored=True)
+
+    # -- the main loop -----------------------------------------------------------------------
+
+    def apply(self, records: Iterable[RecordTuple]) -> None:
+        """Apply records of this topic-partition, in offset order. Stops at a ``fail``."""
+        if self.failed is not None:
+            return
+        processor = self.processor
+        decode = self.codec.decode
+        ctx = self.ctx
+        meta = self.meta
+        counters = self.counters
+        custom_event_time = self._custom_event_time
+        lateness = self._lateness
+        last = meta.last_offset
+        consumed = 0
+        replayed = 0
+        try:
+            for offset, kafka_key, value, ts_us, headers in records:
+                if offset <= last:
+                    replayed += 1
+                    continue
+                last = offset
+                consumed += 1
+                if self.first_offset is None:
+                    self.first_offset = offset
+                ctx.set_record(offset, kafka_key, ts_us, headers)
+                key: str | None = None
+                try:
+                    msg = decode(value, kafka_key)
+                except DecodeError as exc:
+                    try:
+                        blamed = processor.record_key(kafka_key)
+                    except Exception:
+                        blamed = None
+                    self._violation(
+                        "undecodable", str(exc), blamed, offset, value, ts_us, kafka_key
+                    )
+                    if self.failed is not None:
+                        break
+                    continue
+                try:
+                    if custom_event_time:
+                        when = processor.event_time(msg, ctx)
+                        event_us = None if when is None else to_micros(when)
+                    else:
+                        event_us = ts_us
+                    if event_us is not None and (
+                        meta.max_event_us is None or event_us > meta.max_event_us
+                    ):
+                        meta.max_event_us = event_us
+                        watermark = event_us - lateness
+                        ctx._watermark_us = watermark
+                        hint = self._et_hint
+                        if hint is not None and watermark >= hint:
+                            self._fire_due(EVENT_TIME, watermark)
+                            if self.failed is not None:
+                                break
+                            ctx.set_record(offset, kafka_key, ts_us, headers)
+                    key = processor.key(msg)
+                    self._apply_msg(key, msg, offset, kafka_key, value, ts_us, event_us)
+                except Exception as exc:
+                    self._bug(exc, key, offset, "process")
+                if self.failed is not None:
+                    break
+        finally:
+            meta.last_offset = last
+            counters["records"] += consumed
+            counters["replayed"] += replayed
+
+    def _apply_msg(
+        self,
+        key: str,
+        msg: Any,
+        offset: int,
+        kafka_key: bytes | None,
+        value: bytes | None,
+        ts_us: int | None,
+        event_us: int | None,
+    ) -> None:
+        processor = self.processor
+        entry = self.entries.get(key, _MISSING)
+        if entry is _MISSING:
+            entry = self.view.load(key)
+            if entry is None:
+                entry = _ABSENT
+            self.entries[key] = entry
+        if entry is _ABSENT:
+            entry = None
+        starts: bool | None = None
+        if entry is not None and entry.ignored:
+            starts = processor.starts_session(msg)
+            if not starts:
+                self.counters["ignored"] += 1
+                return
+            entry = None
+        seq: int | None = None
+        seq_field = self._seq_field
+        if seq_field is not None:
+            raw = msg.get(seq_field) if isinstance(msg, dict) else getattr(msg, seq_field, None)
+            if not isinstance(raw, int) or isinstance(raw, bool):
+                self._violation(
+                    "sequence_missing",
+                    f"field {seq_field!r} is {raw!r}, not an integer",
+                    key,
+                    offset,
+                    value,
+                    ts_us,
+                    kafka_key,
+                )
+                return
+            seq = raw
+            if entry is not None and entry.seq is not None and seq != entry.seq + 1:
+                if starts is None:
+                    starts = processor.starts_session(msg)
+                if not starts:
+                    rule = "sequence_gap" if seq > entry.seq + 1 else "sequence_repeat"
+                    self._violation(
+                        rule,
+                        f"{seq_field} {seq} after {entry.seq}",
+                        key,
+                        offset,
+                        value,
+                        ts_us,
+                        kafka_key,
+                    )
+                    return
+        fresh = entry is None
+        if entry is None:
+            entry = KeyEntry(processor.initial_state(key))
+        snapshot = (
+            self.copy_state(entry.state) if not fresh and self._policy == "dead_letter" else None
+        )
+        ctx = self.ctx
+        ctx.begin_call(key, event_us)
+        try:
+            produced = processor.process(entry.state, msg, ctx)
+            rows = list(produced) if produced is not None else []
+        except Violation as violation:
+            if snapshot is not None:
+                entry.state = snapshot
+            self._violation(violation.rule, violation.detail, key, offset, value, ts_us, kafka_key)
+            return
+        self._emit(rows, offset)
+        entry.last_offset = offset
+        entry.last_ts = ts_us
+        entry.kafka_key = kafka_key
+        if seq is not None:
+            entry.seq = seq
+        self.entries[key] = entry
+        self._after_call(key, entry)
+
+    def finish(self) -> None:
+        """End of the batch: fire processing-time timers due at the batch's processing time."""
+        if self.failed is None:
+            self._fire_due(PROCESSING_TIME, self.processing_us)

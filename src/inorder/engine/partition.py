@@ -1,0 +1,278 @@
+"""The partition backend: shuffle-free ordered processing inside ``foreachBatch``.
+
+Per micro-batch ``B`` (:meth:`PartitionBackend.run_batch`), on the driver:
+
+1. The batch's processing time is read from ``<checkpoint>/batches/B.json`` or recorded
+   there: a re-run of ``B`` after a crash sees the same time, hence the same timeouts.
+2. ONE Spark action, ``df.mapInArrow(task)`` + ``collect``: one task per topic-partition
+   (the source plans them so; no Exchange in the plan) loads the partition's state as of
+   ``B-1``, applies the records in offset order, stages output files, writes the state delta
+   of ``B`` and returns a small result row.
+3. A ``fail``-policy violation anywhere raises :class:`~inorder.errors.IntegrityError`
+   before anything is committed. Otherwise the dead-letter sink and then the sink commit
+   batch ``B``. The sink's commit is the batch's commit point: a batch already committed
+   there (crash after the commit, before Spark's own commit log) is skipped when re-run.
+
+A crash anywhere before the sink commit leaves staged files and a state version ``B`` that
+nobody reads: the re-run of ``B`` ignores the state at ``B`` (loading ``B-1``), rewrites it
+identically and commits. See ``docs/engine.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, get_args, get_type_hints
+
+import pyarrow as pa
+
+from inorder.codecs.base import Codec
+from inorder.engine.apply import ViolationEvent
+from inorder.engine.reference import raise_failure
+from inorder.engine.task import INPUT_EXPRS, RESULT_DDL, TaskSpec, files_from_json, run_task
+from inorder.errors import ConfigError
+from inorder.integrity import Integrity
+from inorder.processor import Processor, processor_types
+from inorder.sinks.base import Sink, SinkError, WrittenFile
+from inorder.state.checkpoint import CheckpointStore
+from inorder.state.store import StateOptions
+
+
+@dataclass(slots=True)
+class PartitionReport:
+    """What one topic-partition did in a batch."""
+
+    topic: str
+    partition: int
+    first_offset: int | None
+    last_offset: int
+    records: int
+    output_rows: int
+    state_keys: int
+    violation_counts: dict[str, int]
+    counters: dict[str, int]
+    timings: dict[str, float]
+
+
+@dataclass(slots=True)
+class BatchReport:
+    """What a micro-batch did (feeds the progress line and ``--json`` output)."""
+
+    batch_id: int
+    committed: bool = True
+    records: int = 0
+    output_rows: int = 0
+    output_files: int = 0
+    state_keys: int = 0
+    replayed: int = 0
+    dead_letters: int = 0
+    timeouts: int = 0
+    violations_by_rule: dict[str, int] = field(default_factory=dict)
+    violations_by_partition: dict[str, dict[str, int]] = field(default_factory=dict)
+    last_offsets: dict[str, int] = field(default_factory=dict)
+    violations: list[ViolationEvent] = field(default_factory=list)
+    partitions: list[PartitionReport] = field(default_factory=list)
+    processing_time_us: int = 0
+    duration_seconds: float = 0.0
+
+
+def forget_msgspec_caches(*types: Any) -> None:
+    """Drop the ``__msgspec_cache__`` msgspec stores on types it has inspected.
+
+    cloudpickle ships classes defined in ``__main__`` (a user's script) by value, and that
+    cache object cannot be pickled ("cannot pickle 'msgspec._core.DataclassInfo'"). msgspec
+    rebuilds it on first use, so removing it is free.
+    """
+    seen: set[int] = set()
+    stack = list(types)
+    while stack:
+        tp = stack.pop()
+        if id(tp) in seen:
+            continue
+        seen.add(id(tp))
+        stack.extend(get_args(tp))
+        if not isinstance(tp, type):
+            continue
+        if "__msgspec_cache__" in tp.__dict__:
+            with contextlib.suppress(AttributeError, TypeError):
+                delattr(tp, "__msgspec_cache__")
+        try:
+            hints = get_type_hints(tp)
+        except Exception:
+            continue
+        stack.extend(hints.values())
+
+
+def _task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    return run_task(spec, batches)
+
+
+class PartitionBackend:
+    """Runs a processor over micro-batches with one ordered task per topic-partition."""
+
+    def __init__(
+        self,
+        processor: Processor[Any, Any, Any],
+        codec: Codec[Any],
+        integrity: Integrity,
+        checkpoint: str,
+        sink: Sink,
+        dead_letter_sink: Sink | None = None,
+        state_options: StateOptions | None = None,
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        self.processor = processor
+        self.codec = codec
+        self.integrity = integrity
+        self.checkpoint = CheckpointStore(checkpoint, storage_options)
+        self.sink = sink
+        self.dead_letter_sink = dead_letter_sink
+        self.state_options = state_options or StateOptions()
+        self._checked = False
+        self._epoch = ""
+        self._types: Any = None
+        self._schema: pa.Schema | None = None
+
+    # -- driver checks -----------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Before anything runs: output schema, state type vs checkpoint, sinks.
+
+        Raises :class:`~inorder.errors.ConfigError` naming the bad field, the incompatible
+        state change, or the unusable sink.
+        """
+        from inorder.schema import output_schema
+        from inorder.statecodec import check_compatible, fingerprint, validate_state_type
+
+        if self.integrity.tier == "fuzzy":
+            raise ConfigError(
+                "integrity: the fuzzy tier is not available in this version; "
+                "use Integrity.strict(...) or Integrity.none()"
+            )
+        try:
+            types = processor_types(self.processor)
+        except TypeError as exc:
+            raise ConfigError(str(exc)) from None
+        schema = output_schema(types.out)
+        validate_state_type(types.state)
+        meta = self.checkpoint.state_meta()
+        if meta is None:
+            meta = self.checkpoint.init_state_meta(fingerprint(types.state))
+        else:
+            check_compatible(meta["fingerprint"], types.state)
+        try:
+            self.sink.check(schema)
+            if self.dead_letter_sink is not None:
+                from inorder.engine.task import DEAD_LETTER_SCHEMA
+
+                self.dead_letter_sink.check(DEAD_LETTER_SCHEMA)
+        except SinkError as exc:
+            raise ConfigError(f"sink: {exc}") from None
+        self._types = types
+        self._schema = schema
+        self._epoch = str(meta["epoch"])
+        self._checked = True
+
+    # -- one micro-batch ---------------------------------------------------------------------
+
+    def spec(self, batch_id: int) -> TaskSpec:
+        """The task spec of ``batch_id`` (records the batch's processing time)."""
+        if not self._checked:
+            self.check()
+        assert self._schema is not None
+        forget_msgspec_caches(self._types.msg, self._types.state, self._types.out)
+        return TaskSpec(
+            processor=self.processor,
+            codec=self.codec,
+            integrity=self.integrity,
+            checkpoint=self.checkpoint,
+            sink=self.sink,
+            output_schema=self._schema,
+            out_type=self._types.out,
+            state_type=self._types.state,
+            epoch=self._epoch,
+            batch_id=batch_id,
+            processing_us=self.checkpoint.batch_time_us(batch_id),
+            dead_letter_sink=self.dead_letter_sink,
+            state_options=self.state_options,
+        )
+
+    def plan(self, df: Any, batch_id: int) -> Any:
+        """The DataFrame of result rows for ``df`` (no action run)."""
+        projected = df.selectExpr(*INPUT_EXPRS)
+        return projected.mapInArrow(functools.partial(_task, self.spec(batch_id)), RESULT_DDL)
+
+    def run_tasks(self, df: Any, batch_id: int) -> list[dict[str, Any]]:
+        """Run the batch's tasks (state and staged files written), commit nothing."""
+        return [row.asDict() for row in self.plan(df, batch_id).collect()]
+
+    def run_batch(self, df: Any, batch_id: int) -> BatchReport:
+        """Apply, then commit, one micro-batch (``foreachBatch`` body)."""
+        started = time.perf_counter()
+        if not self._checked:
+            self.check()
+        if self.sink.is_committed(batch_id):
+            return BatchReport(batch_id=batch_id, committed=False)
+        results = self.run_tasks(df, batch_id)
+        report = self.commit(batch_id, results)
+        report.duration_seconds = time.perf_counter() - started
+        return report
+
+    def commit(self, batch_id: int, results: list[dict[str, Any]]) -> BatchReport:
+        """Check the task results; raise on failures, else commit the sinks."""
+        failures = [
+            ViolationEvent.from_json(json.loads(r["failed"])) for r in results if r["failed"]
+        ]
+        if failures:
+            raise_failure(failures)
+        report = summarize(batch_id, results)
+        files: list[WrittenFile] = []
+        dl_files: list[WrittenFile] = []
+        for r in results:
+            files.extend(files_from_json(r["files"]))
+            dl_files.extend(files_from_json(r["dead_letter_files"]))
+        if self.dead_letter_sink is not None:
+            self.dead_letter_sink.commit(batch_id, dl_files)
+        report.committed = self.sink.commit(batch_id, files)
+        report.output_files = len(files)
+        return report
+
+
+def summarize(batch_id: int, results: list[dict[str, Any]]) -> BatchReport:
+    """Fold task result rows into a :class:`BatchReport`."""
+    report = BatchReport(batch_id=batch_id)
+    for r in sorted(results, key=lambda r: (r["topic"], r["partition"])):
+        counts: dict[str, int] = json.loads(r["violation_counts"])
+        counters: dict[str, int] = json.loads(r["counters"])
+        name = f"{r['topic']}[{r['partition']}]"
+        report.partitions.append(
+            PartitionReport(
+                r["topic"],
+                int(r["partition"]),
+                r["first_offset"],
+                int(r["last_offset"]),
+                int(r["records"]),
+                int(r["output_rows"]),
+                int(r["state_keys"]),
+                counts,
+                counters,
+                json.loads(r["timings"]),
+            )
+        )
+        report.records += int(r["records"])
+        report.output_rows += int(r["output_rows"])
+        report.state_keys += int(r["state_keys"])
+        report.replayed += counters.get("replayed", 0)
+        report.dead_letters += counters.get("dead_letters", 0)
+        report.timeouts += counters.get("timeouts", 0)
+        report.last_offsets[name] = int(r["last_offset"])
+        if counts:
+            report.violations_by_partition[name] = counts
+        for rule, n in counts.items():
+            report.violations_by_rule[rule] = report.violations_by_rule.get(rule, 0) + n
+        report.violations.extend(ViolationEvent.from_json(v) for v in json.loads(r["violations"]))
+    return report

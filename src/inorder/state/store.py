@@ -1,0 +1,313 @@
+"""Versioned, incremental state of one topic-partition: checkpoint files + a verified local cache.
+
+Batch ``B`` of a topic-partition:
+
+1. :meth:`PartitionStore.open` finds the newest version ``V < B`` in the checkpoint (files at
+   or above ``B`` come from an attempt that was never committed: they are ignored, those above
+   ``B`` deleted). If the local cache holds exactly ``V`` of this checkpoint (same epoch) it
+   is used as is; otherwise it is rebuilt from the newest snapshot ``<= V`` plus the deltas
+   after it.
+2. The engine reads keys through :class:`CacheView` (only touched keys become Python objects).
+3. :meth:`PartitionStore.commit` writes the delta of ``B`` (changed keys: upserts with the
+   state's codec bytes and timer, deletes as tombstones) atomically to the checkpoint, then
+   every ``snapshot_interval`` versions a full snapshot, then moves the cache to ``B`` and
+   deletes versions older than the last snapshot minus ``retain_versions``.
+
+Writing ``B`` again (a re-run after a crash) rewrites the same file with the same content.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from inorder.records import TopicPartition
+from inorder.state.cache import CacheBusy, LocalCache, Row, entry_row
+from inorder.state.checkpoint import (
+    META_KEY,
+    STATE_FILE_SCHEMA,
+    CheckpointStore,
+    VersionFile,
+    file_meta,
+)
+from inorder.state.entry import KeyEntry, PartitionMeta
+
+
+@dataclass(frozen=True, slots=True)
+class StateOptions:
+    """Tuning of the state store.
+
+    ``snapshot_interval``: write a full snapshot after this many deltas. ``retain_versions``:
+    keep this many versions before the newest snapshot (for rollback tools). ``cache_dir``:
+    where worker caches live (default: ``$TMPDIR/inorder-state-cache``).
+    """
+
+    snapshot_interval: int = 20
+    retain_versions: int = 20
+    cache_dir: str | None = None
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """What opening and committing cost, for the batch report."""
+
+    cache_hit: bool = False
+    rebuilt_keys: int = 0
+    load_seconds: float = 0.0
+    changed_keys: int = 0
+    delta_bytes: int = 0
+    snapshot_written: bool = False
+    commit_seconds: float = 0.0
+
+
+class CacheView:
+    """The engine's :class:`~inorder.engine.apply.StateView` over a local cache."""
+
+    def __init__(self, cache: LocalCache, state_codec: Any) -> None:
+        self._cache = cache
+        self._decode = state_codec.decode
+
+    def load(self, key: str) -> KeyEntry | None:
+        """Decode the entry of ``key``."""
+        row = self._cache.get(key)
+        if row is None:
+            return None
+        state_bytes, last_offset, last_ts, kafka_key, seq, timer, timer_kind, ignored = row
+        state = None if state_bytes is None else self._decode(state_bytes)
+        return KeyEntry(state, last_offset, last_ts, kafka_key, seq, timer, timer_kind, ignored)
+
+    def timers_after(
+        self, kind: int, after: tuple[int, str] | None, limit: int
+    ) -> list[tuple[int, str]]:
+        """Pending timers, from the cache's index."""
+        return self._cache.timers_after(kind, after, limit)
+
+
+def _rows_of_table(table: pa.Table) -> tuple[list[tuple[str, Row]], list[str]]:
+    cols = {name: table.column(name).to_pylist() for name in STATE_FILE_SCHEMA.names}
+    upserts: list[tuple[str, Row]] = []
+    deletes: list[str] = []
+    for i, key in enumerate(cols["key"]):
+        if cols["deleted"][i]:
+            deletes.append(key)
+            continue
+        upserts.append(
+            (
+                key,
+                (
+                    cols["state"][i],
+                    cols["last_offset"][i],
+                    cols["last_ts"][i],
+                    cols["kafka_key"][i],
+                    cols["seq"][i],
+                    cols["timer"][i],
+                    cols["timer_kind"][i] or 0,
+                    bool(cols["ignored"][i]),
+                ),
+            )
+        )
+    return upserts, deletes
+
+
+def _table_of_rows(
+    upserts: list[tuple[str, Row]], deletes: list[str], meta: dict[str, Any]
+) -> pa.Table:
+    keys = [k for k, _ in upserts] + deletes
+    n_up = len(upserts)
+    pad: list[Any] = [None] * len(deletes)
+
+    def col(i: int) -> list[Any]:
+        return [r[i] for _, r in upserts] + pad
+
+    import json
+
+    arrays = [
+        pa.array(keys, pa.string()),
+        pa.array([False] * n_up + [True] * len(deletes), pa.bool_()),
+        pa.array(col(0), pa.binary()),
+        pa.array(col(1), pa.int64()),
+        pa.array(col(2), pa.int64()),
+        pa.array(col(3), pa.binary()),
+        pa.array(col(4), pa.int64()),
+        pa.array(col(5), pa.int64()),
+        pa.array(col(6), pa.int8()),
+        pa.array(col(7), pa.bool_()),
+    ]
+    schema = STATE_FILE_SCHEMA.with_metadata({META_KEY: json.dumps(meta).encode()})
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+class PartitionStore:
+    """The state of one topic-partition for one batch: open, read, commit, close."""
+
+    def __init__(
+        self,
+        checkpoint: CheckpointStore,
+        tp: TopicPartition,
+        state_codec: Any,
+        epoch: str,
+        options: StateOptions | None = None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.tp = tp
+        self.state_codec = state_codec
+        self.epoch = epoch
+        self.options = options or StateOptions()
+        self.stats = StoreStats()
+        self._cache: LocalCache | None = None
+        self._lock_fd: int | None = None
+        self._private_dir: str | None = None
+        self._versions: list[VersionFile] = []
+        self._batch_id = -1
+
+    # -- paths -------------------------------------------------------------------------------
+
+    def _cache_path(self) -> str:
+        root = self.options.cache_dir or os.path.join(tempfile.gettempdir(), "inorder-state-cache")
+        digest = hashlib.sha1(self.checkpoint.root.encode()).hexdigest()[:16]
+        return os.path.join(root, digest, f"{self.tp.topic}-{self.tp.partition}")
+
+    def _open_cache(self) -> LocalCache:
+        path = self._cache_path()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        # A file lock serialises attempts of the same task on one worker; RocksDB's own lock
+        # would make the second fail. A busy cache is not waited for: a private one is built.
+        fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._lock_fd = fd
+            return LocalCache(path)
+        except (BlockingIOError, CacheBusy):
+            os.close(fd)
+            self._lock_fd = None
+            self._private_dir = tempfile.mkdtemp(prefix="inorder-cache-")
+            return LocalCache(os.path.join(self._private_dir, "db"))
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def open(self, batch_id: int) -> tuple[CacheView, PartitionMeta]:
+        """Make the cache hold the state before ``batch_id``; return a view and the meta."""
+        import time
+
+        started = time.perf_counter()
+        self._batch_id = batch_id
+        versions = self.checkpoint.versions(self.tp)
+        for f in versions:
+            if f.version > batch_id:  # from attempts of later batches that never committed
+                self.checkpoint.delete(f.path)
+        self._versions = [f for f in versions if f.version < batch_id]
+        current = self._versions[-1].version if self._versions else -1
+        cache = self._open_cache()
+        self._cache = cache
+        header = cache.header()
+        if header.get("epoch") == self.epoch and header.get("version") == current:
+            self.stats.cache_hit = True
+            meta = PartitionMeta.from_json(header.get("meta") or {})
+        else:
+            meta = self._rebuild(cache, current)
+        self.stats.load_seconds = time.perf_counter() - started
+        return CacheView(cache, self.state_codec), meta
+
+    def _rebuild(self, cache: LocalCache, current: int) -> PartitionMeta:
+        cache.clear()
+        chain = self._versions
+        snapshots = [f for f in chain if f.kind == "snapshot"]
+        start = snapshots[-1].version if snapshots else -1
+        files = ([snapshots[-1]] if snapshots else []) + [
+            f for f in chain if f.kind == "delta" and f.version > start
+        ]
+        meta_json: dict[str, Any] = {}
+        fresh = True
+        for f in files:
+            table = self.checkpoint.read_table(f.path)
+            upserts, deletes = _rows_of_table(table)
+            self.stats.rebuilt_keys += len(upserts)
+            meta_json = file_meta(table).get("meta", meta_json)
+            cache.write(
+                upserts,
+                deletes,
+                {"epoch": self.epoch, "version": f.version, "meta": meta_json},
+                fresh=fresh,
+            )
+            fresh = False
+        cache.write([], [], {"epoch": self.epoch, "version": current, "meta": meta_json})
+        return PartitionMeta.from_json(meta_json)
+
+    def commit(self, changes: dict[str, KeyEntry | None], meta: PartitionMeta) -> None:
+        """Write the delta of this batch (and maybe a snapshot), then move the cache to it."""
+        import time
+
+        started = time.perf_counter()
+        assert self._cache is not None, "open() first"
+        encode = self.state_codec.encode
+        upserts: list[tuple[str, Row]] = []
+        deletes: list[str] = []
+        for key in sorted(changes):
+            entry = changes[key]
+            if entry is None:
+                deletes.append(key)
+            else:
+                state = None if entry.state is None else encode(entry.state)
+                upserts.append((key, entry_row(entry, state)))
+        version = self._batch_id
+        meta_json = meta.to_json()
+        file_meta_doc = {"version": version, "epoch": self.epoch, "meta": meta_json}
+        table = _table_of_rows(upserts, deletes, file_meta_doc)
+        self.stats.changed_keys = len(changes)
+        self.stats.delta_bytes = self.checkpoint.write_table(self.tp, version, "delta", table)
+        # The checkpoint is written first: a cache ahead of the checkpoint would be wrong,
+        # a cache behind it is merely rebuilt.
+        self._cache.write(
+            upserts, deletes, {"epoch": self.epoch, "version": version, "meta": meta_json}
+        )
+        last_snapshot = max((f.version for f in self._versions if f.kind == "snapshot"), default=-1)
+        deltas_since = (
+            sum(1 for f in self._versions if f.kind == "delta" and f.version > last_snapshot) + 1
+        )
+        if deltas_since >= self.options.snapshot_interval:
+            self._snapshot(version, file_meta_doc)
+            self._cleanup(version)
+        self.stats.commit_seconds = time.perf_counter() - started
+
+    def _snapshot(self, version: int, meta_doc: dict[str, Any]) -> None:
+        assert self._cache is not None
+        rows = list(self._cache.rows())
+        table = _table_of_rows(rows, [], meta_doc)
+        self.checkpoint.write_table(self.tp, version, "snapshot", table)
+        self.stats.snapshot_written = True
+
+    def _cleanup(self, snapshot_version: int) -> None:
+        keep_from = snapshot_version - self.options.retain_versions
+        for f in self._versions:
+            if f.version < keep_from:
+                self.checkpoint.delete(f.path)
+
+    def key_count(self) -> int:
+        """Number of keys held (as counted by the cache)."""
+        assert self._cache is not None
+        return int(self._cache.header().get("keys", 0))
+
+    def close(self) -> None:
+        """Release the cache."""
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if self._private_dir is not None:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+            self._private_dir = None
+
+    def __enter__(self) -> PartitionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,182 @@
+"""The versioned state store: deltas, snapshots, idempotent rewrites, cache verification."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.property.procs import Tally
+
+from inorder.records import TopicPartition
+from inorder.state.checkpoint import CheckpointStore
+from inorder.state.entry import KeyEntry, PartitionMeta
+from inorder.state.store import PartitionStore, StateOptions
+from inorder.statecodec import StateCodec
+
+TP = TopicPartition("orders", 3)
+CODEC = StateCodec(Tally)
+
+
+def entry(n: int, timer: int | None = None, kind: int = 0) -> KeyEntry:
+    return KeyEntry(Tally(n, n * 10, [n]), last_offset=n, timer=timer, timer_kind=kind)
+
+
+class Harness:
+    """Runs 'batches' of changes against a store, like tasks do."""
+
+    def __init__(
+        self,
+        root: str,
+        cache: Path,
+        interval: int = 3,
+        retain: int = 3,
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        self.checkpoint = CheckpointStore(root, storage_options)
+        self.options = StateOptions(
+            snapshot_interval=interval, retain_versions=retain, cache_dir=str(cache)
+        )
+
+    def store(self) -> PartitionStore:
+        return PartitionStore(self.checkpoint, TP, CODEC, "epoch-1", self.options)
+
+    def batch(
+        self, batch_id: int, changes: dict[str, KeyEntry | None], last: int
+    ) -> PartitionStore:
+        with self.store() as store:
+            store.open(batch_id)
+            store.commit(changes, PartitionMeta(last, None))
+            return store
+
+    def state(self, batch_id: int) -> tuple[dict[str, Any], PartitionMeta, PartitionStore]:
+        with self.store() as store:
+            view, meta = store.open(batch_id)
+            found = {}
+            for key in ("a", "b", "c", "d"):
+                e = view.load(key)
+                if e is not None:
+                    found[key] = (e.state, e.last_offset, e.timer)
+            return found, meta, store
+
+
+def test_versions_deltas_and_snapshot(tmp_path: Path) -> None:
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache")
+    h.batch(0, {"a": entry(1), "b": entry(2)}, 10)
+    h.batch(1, {"a": entry(3), "c": entry(4, timer=99)}, 20)
+    h.batch(2, {"b": None}, 30)  # third delta: a snapshot too
+    h.batch(3, {"d": entry(5)}, 40)
+    names = sorted(f.name for f in (tmp_path / "ckpt/state/orders/3").iterdir())
+    assert names == [
+        *(f"{v:020d}.delta.parquet" for v in range(3)),
+        f"{2:020d}.snapshot.parquet",
+        f"{3:020d}.delta.parquet",
+    ]
+    found, meta, store = h.state(4)
+    assert store.stats.cache_hit
+    assert meta.last_offset == 40
+    assert found == {
+        "a": (Tally(3, 30, [3]), 3, None),
+        "c": (Tally(4, 40, [4]), 4, 99),
+        "d": (Tally(5, 50, [5]), 5, None),
+    }
+    # The state as of an earlier version is still loadable (rebuild, not the cache).
+    found2, meta2, store2 = h.state(2)
+    assert not store2.stats.cache_hit
+    assert set(found2) == {"a", "b", "c"} and meta2.last_offset == 20
+
+
+def test_cold_cache_rebuilds_from_snapshot_and_deltas(tmp_path: Path) -> None:
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache")
+    for b in range(7):
+        h.batch(b, {f"{'abcd'[b % 4]}": entry(b, timer=1000 - b)}, b)
+    warm, _, _ = h.state(7)
+    cold = Harness(str(tmp_path / "ckpt"), tmp_path / "other-cache")
+    found, meta, store = cold.state(7)
+    assert not store.stats.cache_hit and store.stats.rebuilt_keys > 0
+    assert found == warm and meta.last_offset == 6
+    with cold.store() as s:
+        s.open(7)
+        assert s.key_count() == 4
+        view, _ = s.open(7)
+        assert view.timers_after(0, None, 10) == [(994, "c"), (995, "b"), (996, "a"), (997, "d")]
+        assert view.timers_after(0, (995, "b"), 10) == [(996, "a"), (997, "d")]
+
+
+def test_rerun_of_a_batch_is_idempotent_and_ignores_its_stale_version(tmp_path: Path) -> None:
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache", interval=100)
+    h.batch(0, {"a": entry(1)}, 1)
+    h.batch(1, {"a": entry(2), "b": entry(7)}, 2)  # attempt 1 of batch 1 (never committed)
+    delta = tmp_path / "ckpt/state/orders/3" / f"{1:020d}.delta.parquet"
+    first = delta.read_bytes()
+    # Re-run of batch 1: must see version 0 (not its own stale version 1, nor the cache at 1).
+    found, _, store = h.state(1)
+    assert not store.stats.cache_hit
+    assert found == {"a": (Tally(1, 10, [1]), 1, None)}
+    h.batch(1, {"a": entry(2), "b": entry(7)}, 2)
+    assert delta.read_bytes() == first
+    found, _, store = h.state(2)
+    assert store.stats.cache_hit and set(found) == {"a", "b"}
+
+
+def test_versions_of_uncommitted_later_batches_are_deleted(tmp_path: Path) -> None:
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache", interval=100)
+    for b in range(4):
+        h.batch(b, {"a": entry(b)}, b)
+    found, _, _ = h.state(2)  # as if batches 2 and 3 never committed
+    assert found["a"][0] == Tally(1, 10, [1])
+    names = sorted(p.name for p in (tmp_path / "ckpt/state/orders/3").iterdir())
+    assert names == [f"{v:020d}.delta.parquet" for v in range(3)]
+
+
+def test_cache_of_another_epoch_is_not_trusted(tmp_path: Path) -> None:
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache")
+    h.batch(0, {"a": entry(1)}, 1)
+    # A new checkpoint at the same path (epoch changes), same version numbers.
+    other = PartitionStore(h.checkpoint, TP, CODEC, "epoch-2", h.options)
+    with other:
+        view, _ = other.open(1)
+        assert not other.stats.cache_hit
+        assert view.load("a") is not None
+
+
+def test_old_versions_are_cleaned_after_snapshots(tmp_path: Path) -> None:
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache", interval=2, retain=1)
+    for b in range(8):
+        h.batch(b, {"a": entry(b)}, b)
+    versions = sorted({int(p.name[:20]) for p in (tmp_path / "ckpt/state/orders/3").iterdir()})
+    assert versions[0] >= 4  # snapshots at 1, 3, 5, 7; keep from 7 - 1
+    found, _, _ = Harness(str(tmp_path / "ckpt"), tmp_path / "cold").state(8)
+    assert found["a"][0] == Tally(7, 70, [7])
+
+
+def test_busy_cache_falls_back_to_a_private_one(tmp_path: Path) -> None:
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache")
+    h.batch(0, {"a": entry(1)}, 1)
+    with h.store() as holder:
+        holder.open(1)
+        found, _, store = h.state(1)  # a concurrent attempt of the same task
+        assert not store.stats.cache_hit and found["a"][0] == Tally(1, 10, [1])
+
+
+def test_store_on_s3(s3: Any, tmp_path: Path) -> None:
+    h = Harness(
+        s3.new_prefix(), tmp_path / "cache", interval=2, storage_options=s3.storage_options()
+    )
+    for b in range(3):
+        h.batch(b, {"a": entry(b), "b": entry(b + 10)}, b)
+    found, meta, _ = Harness(
+        h.checkpoint.root, tmp_path / "cold", interval=2, storage_options=s3.storage_options()
+    ).state(3)
+    assert found["a"][0] == Tally(2, 20, [2]) and meta.last_offset == 2
+
+
+@pytest.mark.parametrize("ts", [None, -5, 2**62])
+def test_timer_index_orders_any_deadline(tmp_path: Path, ts: int | None) -> None:
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache")
+    h.batch(0, {"a": entry(1, timer=ts, kind=1), "b": entry(2, timer=0, kind=1)}, 1)
+    with h.store() as s:
+        view, _ = s.open(1)
+        expected = sorted([(0, "b")] + ([] if ts is None else [(ts, "a")]))
+        assert view.timers_after(1, None, 10) == expected
+        assert view.timers_after(0, None, 10) == []
