@@ -4,15 +4,25 @@ Run it to see the output schema inorder derives from ``StatsRow`` and the state 
 keeps in the checkpoint::
 
     python examples/typed_processor.py
+
+Run it as a pipeline over topics ``readings-*`` of the dev broker (``inorder dev up``)::
+
+    inorder run examples.typed_processor:pipeline --trigger available-now
+
+``INORDER_EXAMPLE_TOPICS``, ``INORDER_EXAMPLE_OUTPUT`` and ``INORDER_EXAMPLE_CHECKPOINT``
+override the topic pattern, output and checkpoint locations.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from inorder import KafkaSource, ParquetSink, Pipeline
 from inorder.codecs import JsonCodec
+from inorder.dev.endpoints import kafka_bootstrap_servers
 from inorder.processor import Context, Processor
 from inorder.schema import RowEncoder, output_schema
 from inorder.statecodec import StateCodec
@@ -64,6 +74,25 @@ class RunningMean(Processor[Reading, SiteStats, StatsRow]):
 
 
 CODEC: JsonCodec[Reading] = JsonCodec(Reading)
+
+
+def pipeline() -> Pipeline[Reading, SiteStats, StatsRow]:
+    """The running-mean job over ``readings-*`` topics, landed as Parquet."""
+    return Pipeline(
+        source=KafkaSource(
+            bootstrap_servers=kafka_bootstrap_servers(),
+            topic_pattern=os.environ.get("INORDER_EXAMPLE_TOPICS", "readings-.*"),
+        ),
+        processor=RunningMean(),
+        codec=CODEC,
+        sink=ParquetSink(
+            os.environ.get("INORDER_EXAMPLE_OUTPUT", "out/readings"),
+            partition_by=["topic"],
+            compression="zstd",
+        ),
+        checkpoint=os.environ.get("INORDER_EXAMPLE_CHECKPOINT", ".inorder/checkpoints/readings"),
+        trigger="15 minutes",
+    )
 
 
 def main() -> None:
