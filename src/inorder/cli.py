@@ -20,6 +20,9 @@ COMMAND_MODULES = (
     "repair",
     "inspect",
     "compact",
+    "cluster",
+    "package",
+    "archive",
 )
 
 EPILOG = """examples:
