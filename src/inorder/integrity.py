@@ -51,10 +51,20 @@ class Integrity:
 
     @classmethod
     def fuzzy(cls, lateness: timedelta, on_violation: Policy = "dead_letter") -> Integrity:
-        """Event-time order per key within ``lateness``; later records are late."""
+        """Event-time order per key within ``lateness``; later records are late.
+
+        Records wait in a reorder buffer (kept in state) until the partition's watermark
+        (max event time - ``lateness``) reaches them; a record already behind the watermark
+        when it arrives breaks rule ``late`` (dead-lettered by default).
+        """
         return cls("fuzzy", on_violation, None, lateness)
 
     @classmethod
     def none(cls) -> Integrity:
-        """No checks, no promised order."""
+        """No checks, no promised order.
+
+        Records are still applied one task per topic-partition, in offset order (a large
+        partition is not split over several tasks); anything that goes wrong is
+        dead-lettered.
+        """
         return cls("none", "dead_letter")

@@ -146,11 +146,6 @@ def test_one_reset_per_visible_fault(seed: int) -> None:
     check_resets(run(faulty_config(seed, NO_MALFORMED), batches=7))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: an undecodable record of a key already ignored under restart_session "
-    "emits another reset (OrderedApplier.apply does not check the ignored flag)",
-)
 def test_one_reset_per_visible_fault_with_malformed_records() -> None:
     check_resets(run(faulty_config(1, ALL_FAULTS), batches=7))
 

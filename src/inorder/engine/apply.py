@@ -45,8 +45,10 @@ from inorder.engine.context import (
     TIMER_SET,
     EngineContext,
     delta_micros,
+    from_micros,
     to_micros,
 )
+from inorder.engine.fuzzy import REORDER_KEY, Buffered, ReorderBuffer
 from inorder.integrity import Integrity
 from inorder.processor import Processor, Violation
 from inorder.state.entry import KeyEntry, PartitionMeta
@@ -164,6 +166,7 @@ class OrderedApplier:
         *,
         max_events: int | None = None,
         copy_state: Callable[[Any], Any] = copy.deepcopy,
+        external_watermark: bool = False,
     ) -> None:
         self.processor = processor
         self.codec = codec
@@ -185,6 +188,15 @@ class OrderedApplier:
         self._custom_event_time = _has_own(processor, "event_time")
         self._seq_field = integrity.sequence_field if integrity.tier != "none" else None
         self._policy = integrity.on_violation
+        # Fuzzy tier: records wait in the partition's reorder buffer (kept in state).
+        self._fuzzy = integrity.tier == "fuzzy"
+        self._buffer: ReorderBuffer | None = (
+            ReorderBuffer.from_entry(view.load(REORDER_KEY)) if self._fuzzy else None
+        )
+        # External watermark: records carry the watermark of their partition as a 6th
+        # element (computed upstream over the whole partition, for key-group tasks).
+        self._external_wm = external_watermark
+        self._defer: list[tuple[int, str]] | None = None
 
         self.entries: dict[str, Any] = {}
         self.rows: list[Any] = []
@@ -210,7 +222,18 @@ class OrderedApplier:
 
     def changes(self) -> dict[str, KeyEntry | None]:
         """Keys to write back: their new entry, or ``None`` to delete."""
-        return {k: v for k, v in self.entries.items() if v is not _ABSENT}
+        out = {k: v for k, v in self.entries.items() if v is not _ABSENT}
+        buffer = self._buffer
+        if buffer is not None and buffer.dirty:
+            entry = buffer.to_entry()
+            if entry is not None or buffer.existed:
+                out[REORDER_KEY] = entry
+        return out
+
+    @property
+    def buffered(self) -> int:
+        """Records waiting in the reorder buffer (fuzzy tier)."""
+        return 0 if self._buffer is None else len(self._buffer)
 
     # -- state access ------------------------------------------------------------------------
 
@@ -314,6 +337,10 @@ class OrderedApplier:
             kind = ctx._timer_kind
             entry.timer = deadline
             entry.timer_kind = kind
+            if self._defer is not None and kind == EVENT_TIME:
+                # set by on_timeout during a release pass: waits for the next rise
+                self._defer.append((deadline, key))
+                return
             heapq.heappush(self._heaps[kind], (deadline, key))
             if kind == EVENT_TIME and (self._et_hint is None or deadline < self._et_hint):
                 self._et_hint = deadline
@@ -375,6 +402,9 @@ class OrderedApplier:
         """Apply records of this topic-partition, in offset order. Stops at a ``fail``."""
         if self.failed is not None:
             return
+        if self._fuzzy or self._external_wm:
+            self._apply_general(records)
+            return
         processor = self.processor
         decode = self.codec.decode
         ctx = self.ctx
@@ -403,6 +433,14 @@ class OrderedApplier:
                         blamed = processor.record_key(kafka_key)
                     except Exception:
                         blamed = None
+                    if blamed is not None and self._policy == "restart_session":
+                        # The blamed key may already wait for its next session: this record
+                        # belongs to the broken session, so it is ignored like any other
+                        # record of it (a second reset would report one fault twice).
+                        blamed_entry = self._get(blamed)
+                        if blamed_entry is not None and blamed_entry.ignored:
+                            counters["ignored"] += 1
+                            continue
                     self._violation(
                         "undecodable", str(exc), blamed, offset, value, ts_us, kafka_key
                     )
@@ -520,7 +558,222 @@ class OrderedApplier:
         self.entries[key] = entry
         self._after_call(key, entry)
 
-    def finish(self) -> None:
-        """End of the batch: fire processing-time timers due at the batch's processing time."""
+    def finish(self, final_watermark_us: int | None = None) -> None:
+        """End of the batch: fire processing-time timers due at the batch's processing time.
+
+        ``final_watermark_us`` (external-watermark mode) is the partition's watermark at the
+        end of the batch: event-time timers and buffered records it reaches go first.
+        """
+        ctx = self.ctx
+        if self.failed is None and final_watermark_us is not None:
+            base = final_watermark_us + self._lateness
+            if self.meta.max_event_us is None or base > self.meta.max_event_us:
+                self.meta.max_event_us = base
+            if ctx._watermark_us is None or final_watermark_us > ctx._watermark_us:
+                ctx._watermark_us = final_watermark_us
+                self._advance(final_watermark_us)
         if self.failed is None:
             self._fire_due(PROCESSING_TIME, self.processing_us)
+
+    # -- fuzzy tier and external watermarks --------------------------------------------------
+
+    def _undecodable(
+        self,
+        exc: DecodeError,
+        offset: int,
+        kafka_key: bytes | None,
+        value: bytes | None,
+        ts_us: int | None,
+    ) -> None:
+        try:
+            blamed = self.processor.record_key(kafka_key)
+        except Exception:
+            blamed = None
+        if self._skip_ignored(blamed):
+            return
+        self._violation("undecodable", str(exc), blamed, offset, value, ts_us, kafka_key)
+
+    def _skip_ignored(self, key: str | None) -> bool:
+        """Under restart_session, a fault of a key already waiting for a new session is
+        ignored like any other record of its broken session (one fault, one reset)."""
+        if key is None or self._policy != "restart_session":
+            return False
+        entry = self._get(key)
+        if entry is not None and entry.ignored:
+            self.counters["ignored"] += 1
+            return True
+        return False
+
+    def _apply_general(self, records: Iterable[Any]) -> None:
+        """The loop for the fuzzy tier and for records carrying their partition's watermark."""
+        processor = self.processor
+        decode = self.codec.decode
+        ctx = self.ctx
+        meta = self.meta
+        custom_event_time = self._custom_event_time
+        lateness = self._lateness
+        external = self._external_wm
+        fuzzy = self._fuzzy
+        last = meta.last_offset
+        consumed = 0
+        replayed = 0
+        try:
+            for rec in records:
+                offset, kafka_key, value, ts_us, headers = rec[0], rec[1], rec[2], rec[3], rec[4]
+                if offset <= last:
+                    replayed += 1
+                    continue
+                last = offset
+                consumed += 1
+                if self.first_offset is None:
+                    self.first_offset = offset
+                ctx.set_record(offset, kafka_key, ts_us, headers)
+                key: str | None = None
+                try:
+                    msg = decode(value, kafka_key)
+                except DecodeError as exc:
+                    self._undecodable(exc, offset, kafka_key, value, ts_us)
+                    if self.failed is not None:
+                        break
+                    continue
+                try:
+                    if custom_event_time:
+                        when = processor.event_time(msg, ctx)
+                        event_us = None if when is None else to_micros(when)
+                    else:
+                        event_us = ts_us
+                    watermark: int | None = None
+                    if external:
+                        watermark = rec[5]
+                        if watermark is not None:
+                            base = watermark + lateness
+                            if meta.max_event_us is None or base > meta.max_event_us:
+                                meta.max_event_us = base
+                    elif event_us is not None and (
+                        meta.max_event_us is None or event_us > meta.max_event_us
+                    ):
+                        meta.max_event_us = event_us
+                        watermark = event_us - lateness
+                    if watermark is not None and (
+                        ctx._watermark_us is None or watermark > ctx._watermark_us
+                    ):
+                        ctx._watermark_us = watermark
+                        self._advance(watermark)
+                        if self.failed is not None:
+                            break
+                        ctx.set_record(offset, kafka_key, ts_us, headers)
+                    key = processor.key(msg)
+                    if fuzzy:
+                        self._arrive(key, offset, kafka_key, value, ts_us, headers, event_us)
+                    else:
+                        self._apply_msg(key, msg, offset, kafka_key, value, ts_us, event_us)
+                except Exception as exc:
+                    self._bug(exc, key, offset, "process")
+                if self.failed is not None:
+                    break
+        finally:
+            meta.last_offset = last
+            self.counters["records"] += consumed
+            self.counters["replayed"] += replayed
+
+    def _arrive(
+        self,
+        key: str,
+        offset: int,
+        kafka_key: bytes | None,
+        value: bytes | None,
+        ts_us: int | None,
+        headers: Any,
+        event_us: int | None,
+    ) -> None:
+        """Fuzzy tier: a decoded record joins the reorder buffer, or is late."""
+        if event_us is None:
+            if not self._skip_ignored(key):
+                self._violation(
+                    "missing_event_time",
+                    "the record has no event time (fuzzy tier orders by event time)",
+                    key,
+                    offset,
+                    value,
+                    ts_us,
+                    kafka_key,
+                )
+            return
+        watermark = self.ctx._watermark_us
+        if watermark is not None and event_us < watermark:
+            if not self._skip_ignored(key):
+                self._violation(
+                    "late",
+                    f"event time {from_micros(event_us).isoformat()} is behind the "
+                    f"watermark {from_micros(watermark).isoformat()}",
+                    key,
+                    offset,
+                    value,
+                    ts_us,
+                    kafka_key,
+                )
+            return
+        assert self._buffer is not None
+        self._buffer.push((event_us, offset, kafka_key, value, ts_us, headers))
+        if watermark is not None and event_us <= watermark:
+            self._advance(watermark)
+
+    def _advance(self, watermark: int) -> None:
+        """The watermark reached ``watermark``: fire event-time timers (and release records)."""
+        buffer = self._buffer
+        if buffer is None:
+            hint = self._et_hint
+            if hint is not None and watermark >= hint:
+                self._fire_due(EVENT_TIME, watermark)
+            return
+        # Fuzzy: timers and buffered records merged by time (a timer before a record of the
+        # same time, so a window closes before the next window's first record). Timers set
+        # by process during the pass join it; timers set by on_timeout wait for the next rise.
+        deferred: list[tuple[int, str]] = []
+        try:
+            while self.failed is None:
+                timer = self._next_timer(watermark)
+                head = buffer.head_time()
+                if timer is None and (head is None or head > watermark):
+                    break
+                if timer is not None and (head is None or head > watermark or timer[0] <= head):
+                    heapq.heappop(self._heaps[EVENT_TIME])
+                    entry = self._get(timer[1])
+                    assert entry is not None
+                    self._defer = deferred
+                    try:
+                        self._timeout(timer[1], entry)
+                    finally:
+                        self._defer = None
+                else:
+                    self._release(buffer.pop())
+        finally:
+            for item in deferred:
+                heapq.heappush(self._heaps[EVENT_TIME], item)
+            self._et_hint = self._hint(EVENT_TIME)
+
+    def _next_timer(self, upto: int) -> tuple[int, str] | None:
+        """The earliest live event-time timer due at ``upto`` (left on the heap)."""
+        heap = self._heaps[EVENT_TIME]
+        while True:
+            self._refill(EVENT_TIME)
+            if not heap or heap[0][0] > upto:
+                return None
+            deadline, key = heap[0]
+            entry = self._get(key)
+            if entry is not None and entry.timer == deadline and entry.timer_kind == EVENT_TIME:
+                return heap[0]
+            heapq.heappop(heap)
+
+    def _release(self, item: Buffered) -> None:
+        """Process a buffered record (its turn in event-time order has come)."""
+        event_us, offset, kafka_key, value, ts_us, headers = item
+        ctx = self.ctx
+        ctx.set_record(offset, kafka_key, ts_us, headers)
+        key: str | None = None
+        try:
+            msg = self.codec.decode(value, kafka_key)
+            key = self.processor.key(msg)
+            self._apply_msg(key, msg, offset, kafka_key, value, ts_us, event_us)
+        except Exception as exc:
+            self._bug(exc, key, offset, "process")
