@@ -1,0 +1,624 @@
+"""``inorder repair``: roll a pipeline's output and checkpoint back to clean session starts.
+
+The procedure (docs/operations.md, "Repair"), per topic-partition:
+
+1. **Failure point** ``F``: the end of the last batch Spark committed (default), an explicit
+   ``--at-offset``, the first offset at ``--at-time``, or the first record the processor
+   stops at (a ``fail``-policy violation found while scanning). Nothing at or after ``F``
+   is trusted.
+2. **Clean restart offset** ``R <= F``: the partition is applied from its start with the
+   pipeline's own processor (the engine's apply core, plain Python, chunk by chunk) while
+   :class:`~inorder.ops.sessionspans.SpanTracker` records each key's lifetime. ``R`` is the
+   latest offset no lifetime straddles: every session live there restarts from its own
+   start (a snapshot: ``processor.starts_session``), so empty state at ``R`` reproduces the
+   original output. ``--session S`` also moves ``R`` to or before ``S``'s latest start.
+3. **Output**: rows at offsets ``>= R`` are deleted (:mod:`inorder.ops.repair_output`).
+4. **Checkpoint**: moved to ``<checkpoint>.bak-<UTC time>``; a fresh one holds only
+   ``inorder-checkpoint.json`` with the *same* owner id (the sink keeps accepting it),
+   ``batch_offset`` = the sink's last committed batch + 1 (its batch ids continue the
+   sink's numbering: :class:`~inorder.sinks.offset_ids.BatchIdOffset`) and
+   ``startingOffsets`` = ``R`` per partition (the next ``inorder run`` starts there).
+
+Planning changes nothing. Applying marks the old checkpoint ``repair_pending`` first (``inorder
+run`` refuses it), so a crash at any step is finished by running the repair again, which
+recomputes the same plan and skips what is done; a repair applied twice finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from inorder.codecs.base import DecodeError
+from inorder.engine.apply import OrderedApplier, RecordTuple, ViolationEvent
+from inorder.engine.reference import DictStateView
+from inorder.errors import ConfigError, InorderError
+from inorder.kafka.offsets import EARLIEST, LATEST
+from inorder.ops.batchlog import BatchLog, Segment, load_batch_log
+from inorder.ops.recompute import plan_segments
+from inorder.ops.records import offsets_for_time, partitions, read_chunks, watermarks
+from inorder.ops.repair_output import OutputDeletion, count_rows, delete_rows
+from inorder.ops.sessionspans import SpanTracker
+from inorder.ops.target import OpsTarget
+from inorder.records import TopicPartition
+from inorder.state.entry import KeyEntry, PartitionMeta
+
+CHECKPOINT_INFO = "inorder-checkpoint.json"
+NEW_SUFFIX = ".repair-new"
+
+
+# -- the plan -----------------------------------------------------------------------------------
+
+
+@dataclass
+class PartitionRepair:
+    """The repair of one topic-partition."""
+
+    topic: str
+    partition: int
+    failure_point: int | None
+    """First offset not trusted (``None``: the partition was never consumed)."""
+    reason: str
+    start: int
+    """Where the next run starts (``-2`` earliest, ``-1`` latest for unconsumed partitions)."""
+    cut_by: str | None = None
+    """The session whose start set ``start``."""
+    live_sessions: int = 0
+    records_scanned: int = 0
+    rows_to_delete: int = 0
+
+    @property
+    def tp(self) -> TopicPartition:
+        """The topic-partition."""
+        return TopicPartition(self.topic, self.partition)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable form."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "failure_point": self.failure_point,
+            "reason": self.reason,
+            "start": self.start,
+            "cut_by_session": self.cut_by,
+            "live_sessions": self.live_sessions,
+            "records_scanned": self.records_scanned,
+            "rows_to_delete": self.rows_to_delete,
+        }
+
+
+@dataclass
+class RepairPlan:
+    """Everything a repair changes; printed by default, performed by :func:`apply_repair`."""
+
+    pipeline: str
+    checkpoint: str
+    owner: str
+    batch_offset: int
+    partitions: list[PartitionRepair] = field(default_factory=list)
+    outputs: list[OutputDeletion] = field(default_factory=list)
+    backup: str | None = None
+    nothing_to_do: bool = False
+    applied: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def starting_offsets(self) -> dict[str, dict[str, int]]:
+        """The new checkpoint's ``startingOffsets`` (Spark's per-partition JSON shape)."""
+        out: dict[str, dict[str, int]] = {}
+        for p in sorted(self.partitions, key=lambda p: (p.topic, p.partition)):
+            out.setdefault(p.topic, {})[str(p.partition)] = p.start
+        return out
+
+    def failure_points(self) -> dict[str, dict[str, int]]:
+        """Per consumed partition, the failure point the plan used."""
+        out: dict[str, dict[str, int]] = {}
+        for p in sorted(self.partitions, key=lambda p: (p.topic, p.partition)):
+            if p.failure_point is not None:
+                out.setdefault(p.topic, {})[str(p.partition)] = p.failure_point
+        return out
+
+    def delete_from(self) -> dict[TopicPartition, int]:
+        """Per consumed partition, the offset from which output rows go."""
+        return {p.tp: p.start for p in self.partitions if p.start >= 0}
+
+    def checkpoint_info(self) -> dict[str, Any]:
+        """The content of the fresh ``inorder-checkpoint.json``."""
+        return {
+            "id": self.owner,
+            "batch_offset": self.batch_offset,
+            "startingOffsets": self.starting_offsets(),
+            "repaired": {
+                "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "backup": self.backup,
+                "failure_points": self.failure_points(),
+            },
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable form."""
+        return {
+            "pipeline": self.pipeline,
+            "checkpoint": self.checkpoint,
+            "owner": self.owner,
+            "batch_offset": self.batch_offset,
+            "starting_offsets": self.starting_offsets(),
+            "partitions": [p.to_json() for p in self.partitions],
+            "outputs": [o.to_json() for o in self.outputs],
+            "rows_to_delete": sum(o.rows for o in self.outputs),
+            "backup": self.backup,
+            "nothing_to_do": self.nothing_to_do,
+            "applied": self.applied,
+            "notes": list(self.notes),
+        }
+
+    def lines(self) -> list[str]:
+        """The plan for humans."""
+        verb = "repaired" if self.applied else "repair plan"
+        out = [f"{verb} for {self.pipeline!r} (checkpoint {self.checkpoint})"]
+        for p in self.partitions:
+            name = f"{p.topic}[{p.partition}]"
+            if p.failure_point is None:
+                where = "earliest" if p.start == EARLIEST else "latest"
+                out.append(f"  {name}: never consumed; starts at {where}")
+                continue
+            why = f", back to the start of session {p.cut_by!r}" if p.cut_by is not None else ""
+            out.append(
+                f"  {name}: failure point {p.failure_point} ({p.reason}); restart at "
+                f"{p.start}{why}; {p.live_sessions} live session(s); delete {p.rows_to_delete:,} "
+                "row(s)"
+            )
+        for o in self.outputs:
+            extra = ""
+            if o.files_rewritten or o.files_removed:
+                extra = f" ({o.files_rewritten} file(s) rewritten, {o.files_removed} removed)"
+            out.append(f"  {o.name} {o.describe}: {o.rows:,} row(s) to delete{extra}")
+        out.append(
+            f"  checkpoint: owner {self.owner}, batch ids continue at {self.batch_offset}"
+            + (f"; backup at {self.backup}" if self.backup else "")
+        )
+        out.extend(f"  note: {n}" for n in self.notes)
+        if self.nothing_to_do:
+            out.append("nothing to do: output and checkpoint already start at these offsets")
+        elif not self.applied:
+            out.append("nothing changed; run again with --apply to perform it")
+        return out
+
+
+# -- the checkpoint -------------------------------------------------------------------------------
+
+
+def _local(path: str) -> str:
+    if "://" in path and not path.startswith("file://"):
+        raise InorderError(f"checkpoint {path!r}: repair needs a local (or mounted) checkpoint")
+    return os.path.abspath(path.removeprefix("file://"))
+
+
+def read_info(root: str) -> dict[str, Any] | None:
+    """The checkpoint's ``inorder-checkpoint.json`` (``None`` when absent)."""
+    path = os.path.join(root, CHECKPOINT_INFO)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            loaded: dict[str, Any] = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InorderError(f"{path}: unreadable ({exc})") from None
+    return loaded
+
+
+def _write_info(root: str, info: Mapping[str, Any]) -> None:
+    from inorder.sinks import fs as sfs
+
+    location = sfs.resolve(root)
+    sfs.write_bytes(location, location.join(CHECKPOINT_INFO), json.dumps(info, indent=1).encode())
+
+
+def _finish_swap(root: str) -> bool:
+    """A crash between moving the old checkpoint away and the new one in: finish it."""
+    staged = root + NEW_SUFFIX
+    if not os.path.exists(root) and os.path.isdir(staged):
+        os.rename(staged, root)
+        return True
+    return False
+
+
+def _spark_batches(root: str) -> int:
+    try:
+        return sum(1 for n in os.listdir(os.path.join(root, "spark", "offsets")) if n.isdigit())
+    except OSError:
+        return 0
+
+
+def resume_overrides(pipeline: Any, checkpoint: str) -> Any:
+    """The pipeline as a repaired checkpoint runs it (the runner calls this before starting).
+
+    ``batch_offset`` wraps the sinks in :class:`~inorder.sinks.offset_ids.BatchIdOffset`;
+    ``startingOffsets`` starts the source there (Spark applies starting offsets only while
+    its own checkpoint is new). A checkpoint whose repair did not finish is refused.
+    """
+    import dataclasses
+
+    from inorder.sinks import fs as sfs
+    from inorder.sinks.offset_ids import BatchIdOffset
+
+    location = sfs.resolve(str(checkpoint))
+    path = location.join(CHECKPOINT_INFO)
+    if not sfs.exists(location, path):
+        return pipeline
+    info: dict[str, Any] = json.loads(sfs.read_bytes(location, path))
+    if "repair_pending" in info:
+        raise InorderError(
+            f"checkpoint {checkpoint}: a repair was started and did not finish; run "
+            "`inorder repair PIPELINE --apply` again before running the pipeline"
+        )
+    changes: dict[str, Any] = {}
+    offset = int(info.get("batch_offset", 0))
+    if offset > 0 and not isinstance(pipeline.sink, BatchIdOffset):
+        changes["sink"] = BatchIdOffset(pipeline.sink, offset)
+        if pipeline.dead_letter is not None:
+            changes["dead_letter"] = BatchIdOffset(pipeline.dead_letter, offset)
+    starting = info.get("startingOffsets")
+    if starting and hasattr(pipeline.source, "starting_offsets"):
+        text = json.dumps(starting, sort_keys=True)
+        changes["source"] = dataclasses.replace(pipeline.source, starting_offsets=text)
+    return dataclasses.replace(pipeline, **changes) if changes else pipeline
+
+
+# -- scanning a partition ------------------------------------------------------------------
+
+
+@dataclass
+class _Scan:
+    tracker: SpanTracker
+    records: int
+    failed: ViolationEvent | None
+
+
+def _identify(target: OpsTarget, record: RecordTuple) -> tuple[str | None, bool]:
+    """The state key of a record and whether it starts a session (as the engine sees it)."""
+    processor = target.processor
+    try:
+        msg = target.codec.decode(record[2], record[1])
+    except DecodeError:
+        try:
+            return processor.record_key(record[1]), False
+        except Exception:
+            return None, False
+    try:
+        return processor.key(msg), bool(processor.starts_session(msg))
+    except Exception:
+        return None, False  # the applier reports the processor's bug and stops
+
+
+def scan_partition(
+    target: OpsTarget,
+    tp: TopicPartition,
+    start: int,
+    bound: int,
+    log: BatchLog | None,
+    watch: str | None = None,
+) -> _Scan:
+    """Apply ``tp`` from ``start`` up to ``bound`` (exclusive), tracking key lifetimes.
+
+    The partition is read in one pass, chunk by chunk; the logged micro-batch boundaries and
+    processing times are reproduced (so processing-time timeouts end sessions where they did).
+    """
+    tracker = SpanTracker()
+    tracker.watch = watch
+    entries: dict[str, KeyEntry] = {}
+    meta = PartitionMeta()
+    segments, _ = plan_segments(log, tp, start, bound, None)
+    segments = [s for s in segments if s.end > start] or [Segment(0, start, bound, None)]
+    records = 0
+    index = 0
+
+    def open_applier() -> OrderedApplier:
+        seg = segments[index]
+        return OrderedApplier(
+            target.processor,
+            target.codec,
+            target.integrity,
+            DictStateView(entries),
+            tp.topic,
+            tp.partition,
+            max(seg.batch_id, 0),
+            seg.processing_time_us or 0,
+            PartitionMeta(meta.last_offset, meta.max_event_us),
+            max_events=10,
+        )
+
+    def close_applier(applier: OrderedApplier) -> None:
+        nonlocal meta
+        for key, changed in applier.changes().items():
+            if changed is None:
+                entries.pop(key, None)
+                tracker.dropped(key)  # e.g. an inactivity timeout ended the session
+            else:
+                entries[key] = changed
+        meta = applier.meta
+
+    applier = open_applier()
+    for chunk in read_chunks(target.source_options, tp, start, bound):
+        for record in chunk:
+            while index < len(segments) - 1 and record[0] >= segments[index].end:
+                applier.finish()  # the batch ended before this record: its timers fired
+                if applier.failed is not None:
+                    return _Scan(tracker, records, applier.failed)
+                close_applier(applier)
+                index += 1
+                applier = open_applier()
+            key, starts = _identify(target, record)
+            applier.apply((record,))
+            if applier.failed is not None:
+                return _Scan(tracker, records, applier.failed)
+            records += 1
+            if key is not None:
+                entry = applier.entries.get(key)
+                tracker.record(key, record[0], starts, isinstance(entry, KeyEntry))
+    return _Scan(tracker, records, None)
+
+
+# -- planning -------------------------------------------------------------------------------
+
+
+def _owner(target: OpsTarget, info: Mapping[str, Any] | None) -> str:
+    """The checkpoint id the output was written by: kept, so the sink accepts the new one."""
+    if info is not None and info.get("id"):
+        return str(info["id"])
+    from inorder.ops.output import sink_kind
+
+    sink: Any = target.sink
+    if sink.last_committed_batch() is None:
+        return uuid.uuid4().hex  # nothing committed: any id will do
+    if sink_kind(sink) == "parquet":
+        from inorder.sinks.parquet import COMMITS_DIR, manifest_name, read_manifest
+
+        rel = f"{COMMITS_DIR}/{manifest_name(sink.last_committed_batch())}"
+        owner = read_manifest(sink.location, rel).get("owner")
+        if owner:
+            return str(owner)
+    elif getattr(sink, "_explicit_app_id", False):
+        return uuid.uuid4().hex  # batch ids are keyed by the explicit app_id
+    raise InorderError(
+        f"checkpoint {target.checkpoint_root}: {CHECKPOINT_INFO} is missing and the output "
+        "does not name the checkpoint that wrote it; restore the checkpoint's "
+        f"{CHECKPOINT_INFO} (or give the Delta sink an explicit app_id)"
+    )
+
+
+def _last_batch(sink: Any) -> int | None:
+    last = sink.last_committed_batch()
+    return None if last is None else int(last)
+
+
+def _validate_failures(
+    target: OpsTarget, given: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """Per partition whose output differs from a recomputation: its first differing offset."""
+    from inorder.ops.validate import validate
+
+    out: dict[TopicPartition, int] = {}
+    for diff in validate(target).partitions:
+        if diff.ok or diff.first_offset is None:
+            continue
+        tp = TopicPartition(diff.topic, diff.partition)
+        out[tp] = min(diff.first_offset, given.get(tp, diff.first_offset))
+    return out
+
+
+def _per_partition(data: Mapping[str, Mapping[str, Any]]) -> dict[TopicPartition, int]:
+    return {
+        TopicPartition(topic, int(part)): int(pos)
+        for topic, parts in data.items()
+        for part, pos in parts.items()
+    }
+
+
+def _initial_offset(target: OpsTarget, tp: TopicPartition, low: int) -> int:
+    opts = target.source_options
+    if opts.starting_offsets == "json":
+        given = opts.starting_positions.get(tp)
+        if given is not None and given >= 0:
+            return max(given, low)
+    return low
+
+
+def _unconsumed_start(target: OpsTarget, had_checkpoint: bool) -> int:
+    """Where a partition no batch read starts: as the source would start it."""
+    opts = target.source_options
+    how = opts.new_topic_starting_offsets if had_checkpoint else opts.starting_offsets
+    return LATEST if how == "latest" else EARLIEST
+
+
+def plan_repair(
+    target: OpsTarget,
+    at_offsets: Mapping[TopicPartition, int] | None = None,
+    at_time_ms: int | None = None,
+    session: str | None = None,
+    use_validate: bool = False,
+) -> RepairPlan:
+    """Work out the repair; changes nothing (except finishing a crashed repair's last step).
+
+    ``use_validate`` first runs :func:`inorder.ops.validate.validate`: each partition whose
+    output differs from the recomputation fails at its first differing offset.
+    """
+    root = _local(target.checkpoint_root)
+    notes: list[str] = []
+    if use_validate:
+        at_offsets = dict(at_offsets or {})
+        at_offsets.update(_validate_failures(target, at_offsets))
+    if _finish_swap(root):
+        notes.append("finished a repair that stopped before its new checkpoint was in place")
+    info = read_info(root)
+    owner = _owner(target, info)
+    sinks: list[tuple[str, Any]] = [("output", target.sink)]
+    if target.pipeline.dead_letter is not None:
+        sinks.append(("dead-letter", target.pipeline.dead_letter))
+    for _, sink in sinks:
+        sink.bind(owner)
+    lasts = [b for b in (_last_batch(s) for _, s in sinks) if b is not None]
+    old_offset = int((info or {}).get("batch_offset", 0))
+    batch_offset = max(lasts) + 1 if lasts else old_offset
+    plan = RepairPlan(target.pipeline.name, root, owner, batch_offset, notes=notes)
+
+    try:
+        log = load_batch_log(os.path.join(root, "spark"), target.engine)
+    except Exception:  # a damaged engine directory: batch times unknown, boundaries still used
+        log = load_batch_log(os.path.join(root, "spark"))
+    last = log.last_committed()
+    fresh_starts: dict[TopicPartition, int] = {}
+    fresh_failures: dict[TopicPartition, int] = {}
+    if info is not None and info.get("startingOffsets") and not log.batches:
+        # A repaired checkpoint that has not run: its plan's failure points still hold, so
+        # planning again gives the same plan (and finds nothing left to do).
+        fresh_starts = _per_partition(info["startingOffsets"])
+        fresh_failures = _per_partition(info.get("repaired", {}).get("failure_points", {}))
+
+    from inorder.ops.output import OutputView
+
+    out_parts = OutputView(target.sink).partitions()
+    opts = target.source_options
+    in_kafka = partitions(opts)
+    tps = sorted(set(log.partitions()) | set(out_parts) | set(in_kafka) | set(fresh_starts))
+    marks = watermarks(opts, tps)
+    for_time = offsets_for_time(opts, list(marks), at_time_ms) if at_time_ms is not None else {}
+    unknown = [str(tp) for tp in (at_offsets or {}) if tp not in marks]
+    if unknown:
+        raise ConfigError(f"--at-offset: {', '.join(unknown)} is not a partition of the pipeline")
+    session_seen = False
+    had_checkpoint = bool(log.batches) or bool(fresh_starts)
+    explicit = bool(at_offsets) or at_time_ms is not None or session is not None
+    for tp in tps:
+        mark = marks.get(tp)
+        if mark is None:
+            notes.append(f"{tp} is in the output or checkpoint but not in Kafka: left as it is")
+            continue
+        if tp in fresh_starts and not explicit:
+            # A repaired checkpoint that has not run yet: its plan stands (same result).
+            start = fresh_starts[tp]
+            failure_at = fresh_failures.get(tp, start) if start >= 0 else None
+            plan.partitions.append(
+                PartitionRepair(
+                    tp.topic, tp.partition, failure_at, "planned by the last repair", start
+                )
+            )
+            continue
+        failure: int | None
+        if last is not None and tp in last.end:
+            failure, reason = last.end[tp], f"end of batch {last.batch_id}"
+        elif tp in fresh_failures:
+            failure, reason = fresh_failures[tp], "failure point of the last repair"
+        elif fresh_starts.get(tp, -1) >= 0:
+            failure, reason = fresh_starts[tp], "start of the repaired checkpoint"
+        elif tp in out_parts:
+            failure, reason = out_parts[tp][2] + 1, "after the last output row"
+        else:
+            failure, reason = None, "never consumed"
+        if at_offsets and tp in at_offsets:
+            failure = at_offsets[tp]
+            reason = "first differing offset" if use_validate else "--at-offset"
+        elif tp in for_time and failure is not None:
+            at = for_time[tp]
+            if at is not None and at < failure:
+                failure, reason = at, "--at-time"
+        if failure is None:
+            start = fresh_starts.get(tp, _unconsumed_start(target, had_checkpoint))
+            plan.partitions.append(PartitionRepair(tp.topic, tp.partition, None, reason, start))
+            continue
+        begin = _initial_offset(target, tp, mark.low)
+        failure = max(begin, min(failure, mark.high))
+        scan = scan_partition(target, tp, begin, failure, log if log.batches else None, session)
+        if scan.failed is not None and scan.failed.offset < failure:
+            failure, reason = scan.failed.offset, f"stops there: {scan.failed.message()}"
+        bound = failure
+        watched = scan.tracker.latest_start(session) if session is not None else None
+        if watched is not None:
+            session_seen = True
+            if watched < bound:
+                bound = watched
+        cut = scan.tracker.cut(bound)
+        plan.partitions.append(
+            PartitionRepair(
+                tp.topic,
+                tp.partition,
+                failure,
+                reason,
+                cut.offset,
+                cut.key,
+                cut.open_keys,
+                scan.records,
+            )
+        )
+    if session is not None and not session_seen:
+        raise ConfigError(f"--session: session {session!r} was not found before the failure point")
+
+    starts = plan.delete_from()
+    plan.outputs = [count_rows(name, sink, starts) for name, sink in sinks]
+    by_tp = plan.outputs[0].rows_by_partition
+    for p in plan.partitions:
+        p.rows_to_delete = by_tp.get(str(p.tp), 0)
+    plan.nothing_to_do = (
+        info is not None
+        and not log.batches
+        and _spark_batches(root) == 0
+        and "repair_pending" not in info
+        and info.get("startingOffsets") == plan.starting_offsets()
+        and int(info.get("batch_offset", 0)) == plan.batch_offset
+        and all(o.rows == 0 for o in plan.outputs)
+    )
+    if not plan.nothing_to_do and os.path.exists(root):
+        plan.backup = f"{root}.bak-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    return plan
+
+
+# -- applying ------------------------------------------------------------------------------------
+
+
+def apply_repair(target: OpsTarget, plan: RepairPlan) -> RepairPlan:
+    """Perform ``plan``: mark, delete output rows, back up and replace the checkpoint."""
+    if plan.nothing_to_do:
+        return plan
+    root = plan.checkpoint
+    info = read_info(root)
+    if info is not None:
+        # From here until the new checkpoint is in place `inorder run` refuses to start.
+        _write_info(root, {**info, "repair_pending": plan.to_json()})
+    sinks: list[tuple[str, Any]] = [("output", target.sink)]
+    if target.pipeline.dead_letter is not None:
+        sinks.append(("dead-letter", target.pipeline.dead_letter))
+    starts = plan.delete_from()
+    plan.outputs = [delete_rows(name, sink, starts) for name, sink in sinks]
+    if plan.backup is not None and os.path.exists(plan.backup):
+        plan.backup = f"{plan.backup}-{uuid.uuid4().hex[:6]}"
+    staged = root + NEW_SUFFIX
+    if os.path.isdir(staged):
+        import shutil
+
+        shutil.rmtree(staged)
+    os.makedirs(staged)
+    _write_info(staged, plan.checkpoint_info())
+    if os.path.exists(root):
+        assert plan.backup is not None
+        os.rename(root, plan.backup)
+    os.rename(staged, root)
+    plan.applied = True
+    return plan
+
+
+def parse_at_offset(text: str) -> tuple[TopicPartition, int]:
+    """``TOPIC:PARTITION:OFFSET`` (the topic may contain ``:``)."""
+    topic, sep, rest = text.rpartition(":")
+    topic2, sep2, part = topic.rpartition(":")
+    if not sep or not sep2 or not topic2:
+        raise ConfigError(f"--at-offset: expected TOPIC:PARTITION:OFFSET, not {text!r}")
+    try:
+        return TopicPartition(topic2, int(part)), int(rest)
+    except ValueError:
+        raise ConfigError(
+            f"--at-offset: partition and offset must be numbers in {text!r}"
+        ) from None

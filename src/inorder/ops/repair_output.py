@@ -1,0 +1,266 @@
+"""Deleting a pipeline's output rows from given offsets on, per topic-partition, safely.
+
+* **Delta**: one ``DELETE`` transaction with a predicate on ``topic``, ``partition`` and
+  ``offset``: readers see the table before or after it, never in between; the application
+  transactions (``txn``) of the writing query stay in the log.
+* **Parquet** (the manifest protocol of :mod:`inorder.sinks.parquet`): every committed file
+  holding affected rows is rewritten without them as a staged file; one *repair manifest*
+  ``_inorder/compactions/<seq:020d>.json`` (``"kind": "repair"``) lists the files it replaces
+  and their rewritten copies (none when every row of a file goes), created if absent: that is
+  the commit point, after which :func:`~inorder.sinks.parquet.read_committed` (and every
+  reader of the committed file list) reads the new set. The new files are then published,
+  ``.done`` is written, and the replaced files are deleted at once (``.cleaned``): they hold
+  exactly the rows being removed, so listing readers must stop seeing them.
+
+The pipeline must be stopped meanwhile (its writer owns pending batch manifests).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from inorder.errors import InorderError
+from inorder.records import TopicPartition
+from inorder.sinks import fs as sfs
+from inorder.sinks.base import Sink
+
+
+@dataclass
+class OutputDeletion:
+    """What deleting rows from one output does (or did)."""
+
+    name: str
+    """``output`` or ``dead-letter``."""
+    describe: str
+    kind: str
+    rows: int = 0
+    rows_by_partition: dict[str, int] = field(default_factory=dict)
+    files_rewritten: int = 0
+    files_removed: int = 0
+    detail: str = ""
+    """Parquet: the repair manifest written; Delta: the predicate."""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable form."""
+        return {
+            "output": self.name,
+            "sink": self.describe,
+            "kind": self.kind,
+            "rows": self.rows,
+            "rows_by_partition": dict(self.rows_by_partition),
+            "files_rewritten": self.files_rewritten,
+            "files_removed": self.files_removed,
+            "detail": self.detail,
+        }
+
+
+def _kind(sink: Sink) -> str:
+    from inorder.ops.output import sink_kind
+
+    return sink_kind(sink)
+
+
+def count_rows(name: str, sink: Sink, starts: Mapping[TopicPartition, int]) -> OutputDeletion:
+    """Rows of ``sink`` at or after ``starts[tp]`` per topic-partition (nothing is changed)."""
+    from inorder.ops.output import OutputView
+
+    kind = _kind(sink)
+    result = OutputDeletion(name, sink.describe(), kind)
+    view = OutputView(sink)
+    if view.empty:
+        return result
+    for tp, start in sorted(starts.items()):
+        n = view.count(tp, start=start)
+        if n:
+            result.rows_by_partition[str(tp)] = n
+            result.rows += n
+    if kind == "delta":
+        result.detail = delta_predicate(starts)
+    return result
+
+
+def delete_rows(name: str, sink: Sink, starts: Mapping[TopicPartition, int]) -> OutputDeletion:
+    """Delete the rows at or after ``starts[tp]``; idempotent (nothing left: nothing done)."""
+    planned = count_rows(name, sink, starts)
+    if planned.rows == 0:
+        return planned
+    if planned.kind == "delta":
+        _delete_delta(sink, starts, planned)
+    else:
+        _delete_parquet(sink, starts, planned)
+    return planned
+
+
+# -- Delta ------------------------------------------------------------------------------------
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def delta_predicate(starts: Mapping[TopicPartition, int]) -> str:
+    """The SQL predicate selecting rows at or after each partition's start offset."""
+    terms = [
+        f'(topic = {_sql_string(tp.topic)} AND "partition" = {tp.partition} '
+        f'AND "offset" >= {start})'
+        for tp, start in sorted(starts.items())
+    ]
+    return " OR ".join(terms) if terms else "false"
+
+
+def _delete_delta(sink: Sink, starts: Mapping[TopicPartition, int], result: OutputDeletion) -> None:
+    from deltalake import DeltaTable
+
+    loc = sink.location  # type: ignore[attr-defined]
+    secrets = (loc.s3.secret_access_key,) if loc.s3 else ()
+    # Only partitions that have rows to delete: a shorter predicate, the same effect.
+    chosen = {tp: s for tp, s in starts.items() if str(tp) in result.rows_by_partition}
+    predicate = delta_predicate(chosen)
+    try:
+        table = DeltaTable(loc.delta_uri(), storage_options=loc.storage_options())
+        metrics = table.delete(predicate)
+    except Exception as exc:
+        raise InorderError(
+            f"{sink.describe()}: DELETE failed: {sfs.describe_error(exc, secrets)}"
+        ) from None
+    deleted = int(metrics.get("num_deleted_rows", result.rows))
+    if deleted != result.rows:
+        raise InorderError(
+            f"{sink.describe()}: DELETE removed {deleted} rows, {result.rows} were counted "
+            "(is the pipeline still running?)"
+        )
+    result.files_rewritten = int(metrics.get("num_added_files", 0))
+    result.files_removed = int(metrics.get("num_removed_files", 0))
+    result.detail = predicate
+
+
+# -- Parquet ----------------------------------------------------------------------------------
+
+
+def _delete_mask(
+    table: pa.Table, values: Mapping[str, str | None], starts: Mapping[TopicPartition, int]
+) -> pa.Array | None:
+    """Per row of a file: whether it is deleted (``None``: no row is)."""
+    n = table.num_rows
+    topic_col = table.column("topic") if "topic" in table.column_names else None
+    part_col = table.column("partition") if "partition" in table.column_names else None
+    offsets = table.column("offset")
+    mask: Any = None
+    for tp, start in starts.items():
+        if topic_col is None and values.get("topic") != tp.topic:
+            continue
+        if part_col is None and values.get("partition") not in (None, str(tp.partition)):
+            continue
+        hit: Any = pc.greater_equal(offsets, start)
+        if topic_col is not None:
+            hit = pc.and_(hit, pc.equal(topic_col, tp.topic))
+        if part_col is not None:
+            hit = pc.and_(hit, pc.equal(part_col, tp.partition))
+        mask = hit if mask is None else pc.or_(mask, hit)
+    if mask is None or n == 0 or not pc.any(mask).as_py():
+        return None
+    result: pa.Array = pc.fill_null(mask, False).combine_chunks()
+    return result
+
+
+def _delete_parquet(
+    sink: Sink, starts: Mapping[TopicPartition, int], result: OutputDeletion
+) -> None:
+    from inorder.sinks.parquet import (
+        COMPACTIONS_DIR,
+        STAGING_DIR,
+        _listing,
+        complete_manifest,
+        load_state,
+        manifest_name,
+    )
+
+    loc: sfs.Location = sink.location  # type: ignore[attr-defined]
+    compression: str = getattr(sink, "compression", "zstd")
+    # Half-published batches or compactions left by a crash are finished first, as the
+    # sink itself would at its next start: the rewrite must see every committed row.
+    for rel in load_state(loc).pending:
+        complete_manifest(loc, rel)
+    state = load_state(loc)
+    comp_ids, _, _ = _listing(loc, COMPACTIONS_DIR)
+    seq = (comp_ids[-1] + 1) if comp_ids else 0
+    staging = f"{STAGING_DIR}/r{seq}"
+    replaces: list[str] = []
+    entries: list[dict[str, Any]] = []
+    deleted = 0
+    try:
+        for live in state.files.values():
+            full = loc.join(live.path)
+            columns = [
+                c for c in ("topic", "partition", "offset") if c not in live.partition_values
+            ]
+            probe = pq.read_table(full, columns=columns, filesystem=loc.filesystem)
+            mask = _delete_mask(probe, live.partition_values, starts)
+            if mask is None:
+                continue
+            table = pq.read_table(full, filesystem=loc.filesystem)
+            kept = table.filter(pc.invert(mask))
+            deleted += table.num_rows - kept.num_rows
+            replaces.append(live.path)
+            if kept.num_rows == 0:
+                result.files_removed += 1
+                continue
+            directory, _, _ = live.path.rpartition("/")
+            name = f"repaired-{seq:010d}-{len(entries):05d}.parquet"
+            staged = "/".join(p for p in (staging, directory, name) if p)
+            target = loc.join(staged)
+            if not loc.is_s3:
+                loc.filesystem.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            with loc.filesystem.open_output_stream(target) as out:
+                pq.write_table(kept, out, compression=compression)
+            entries.append(
+                {
+                    "staged": staged,
+                    "final": "/".join(p for p in (directory, name) if p),
+                    "rows": kept.num_rows,
+                    "size_bytes": int(loc.filesystem.get_file_info(target).size or 0),
+                    "partition_values": live.partition_values,
+                }
+            )
+            result.files_rewritten += 1
+        if deleted != result.rows:  # the count and the files disagree: change nothing
+            raise InorderError(
+                f"{loc.uri}: files hold {deleted} rows to delete, the committed view "
+                f"counted {result.rows}; nothing changed (is the pipeline still running?)"
+            )
+        manifest = {
+            "format": 1,
+            "kind": "repair",
+            "seq": seq,
+            "created_at": time.time(),
+            "starts": {str(tp): s for tp, s in sorted(starts.items())},
+            "replaces": replaces,
+            "files": entries,
+        }
+        rel = f"{COMPACTIONS_DIR}/{manifest_name(seq)}"
+        try:
+            sfs.put_if_absent(loc, loc.join(rel), json.dumps(manifest).encode())
+        except sfs.AlreadyExists:
+            raise InorderError(
+                f"{loc.uri}: a compaction committed #{seq} meanwhile; run the repair again"
+            ) from None
+    except BaseException:
+        sfs.delete_dir_quietly(loc, loc.join(staging))
+        for info in sfs.list_files(loc, loc.join(staging), recursive=True):
+            sfs.delete_quietly(loc, info.path)
+        raise
+    complete_manifest(loc, rel)
+    sfs.delete_dir_quietly(loc, loc.join(staging))
+    for old in replaces:
+        sfs.delete_quietly(loc, loc.join(old))
+    base = loc.join(COMPACTIONS_DIR, manifest_name(seq).removesuffix(".json"))
+    sfs.write_bytes(loc, base + ".cleaned", b"{}")
+    result.detail = rel
