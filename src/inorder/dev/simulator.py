@@ -19,7 +19,6 @@ Pitfalls this module handles:
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import signal
@@ -32,6 +31,7 @@ from typing import Any
 
 from inorder.dev.sim_model import FaultKind, FaultRates, OpMix, Row, SimulationConfig, SiteModel
 from inorder.errors import ConfigError, InorderError
+from inorder.kafka.logs import KAFKA_LOG
 
 __all__ = [
     "FaultKind",
@@ -54,9 +54,7 @@ GROUND_TRUTH_VERSION = 1
 #: Seconds to wait for the broker to answer before calling it unreachable.
 CONNECT_TIMEOUT_S = 5.0
 
-_kafka_log = logging.getLogger("inorder.kafka")
-_kafka_log.addHandler(logging.NullHandler())
-_kafka_log.propagate = False
+_kafka_log = KAFKA_LOG
 
 _POLL_EVERY = 2048  # records between producer polls / clock checks
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from inorder.errors import ConfigError
+from inorder.kafka.logs import KAFKA_LOG
 from inorder.kafka.options import SourceOptions
 from inorder.kafka.planning import Watermarks
 from inorder.records import TopicPartition
@@ -43,6 +44,7 @@ class KafkaAdmin:
         self._timeout = options.metadata_timeout_ms / 1000.0
         conf: dict[str, Any] = client_config(options)
         conf.setdefault("socket.connection.setup.timeout.ms", str(options.metadata_timeout_ms))
+        conf.setdefault("logger", KAFKA_LOG)
         try:
             self._admin = AdminClient(conf)
         except Exception as exc:  # invalid librdkafka property or value
