@@ -87,7 +87,14 @@ def test_session_tables_match_truth_with_late_site_and_faults(
     kafka: Any, spark: Any, tmp_path: Path
 ) -> None:
     prefix = f"e2e-{random.randrange(10**9)}-"
-    first = simulate(simulation(prefix, seed=1, faulty=0.2), kafka.bootstrap_servers)
+    # Hundreds of sessions, restarts every 30 messages of a session, a fifth of them faulty.
+    first = simulate(
+        simulation(
+            prefix, seed=1, faulty=0.2, sessions_per_site=70, messages=12000, restart_every=30
+        ),
+        kafka.bootstrap_servers,
+    )
+    assert len(first.ground_truth.sessions) >= 200
     config = pipeline_config(kafka.bootstrap_servers, prefix, tmp_path)
     summary = build_pipeline(config).run()
     assert summary.records == first.records
@@ -123,15 +130,29 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
     for _ in range(3):
         proc = subprocess.Popen(
             [sys.executable, "-m", "inorder.cli", "run", str(toml), "--quiet"],
-            env=env, start_new_session=True, cwd=tmp_path,
+            env=env,
+            start_new_session=True,
+            cwd=tmp_path,
         )
         time.sleep(rng.uniform(20, 35))
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM
         proc.wait()
     done = subprocess.run(
-        [sys.executable, "-m", "inorder.cli", "run", str(toml), "--quiet",
-         "--trigger", "available-now"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "inorder.cli",
+            "run",
+            str(toml),
+            "--quiet",
+            "--trigger",
+            "available-now",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert_matches_truth(tmp_path / "output", result.ground_truth)
