@@ -162,6 +162,38 @@ def bench_partition_backend(spark: Any, per_partition: int, runs: int, tmp: str)
     return rates
 
 
+def bench_spark_backend(
+    spark: Any, per_partition: int, runs: int, tmp: str, key_groups: int = 4
+) -> list[float]:
+    """records/s of SparkBackend.run_batch (key groups through a shuffle), per timed batch."""
+    from inorder.engine.spark_backend import SparkBackend
+    from inorder.integrity import Integrity
+    from inorder.sinks.parquet import ParquetSink
+    from inorder.state.store import StateOptions
+
+    backend = SparkBackend(
+        CountSum(),
+        BenchCodec(),
+        Integrity.strict(),
+        checkpoint=os.path.join(tmp, "spark-ckpt"),
+        sink=ParquetSink(os.path.join(tmp, "spark-out")),
+        state_options=StateOptions(cache_dir=os.path.join(tmp, "spark-cache")),
+        key_groups=key_groups,
+        shuffle_partitions=key_groups,
+    )
+    backend.check()
+    rates = []
+    for batch_id in range(runs + 1):  # batch 0 warms up the Python workers
+        df = synthetic_df(spark, batch_id * per_partition, per_partition)
+        started = time.perf_counter()
+        report = backend.run_batch(df, batch_id)
+        elapsed = time.perf_counter() - started
+        assert report.records == per_partition * PARTITIONS, report
+        if batch_id > 0:
+            rates.append(report.records / elapsed)
+    return rates
+
+
 def bench_vanilla(spark: Any, rows_per_batch: int, runs: int, tmp: str) -> list[float]:
     """records/s of groupBy(key).applyInPandasWithState on rate-micro-batch input."""
     import pandas as pd
@@ -313,6 +345,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--state-keys", type=int, default=1_000_000)
     parser.add_argument("--skip-spark", action="store_true")
+    parser.add_argument(
+        "--spark-backend-records",
+        type=int,
+        default=250_000,
+        help="records per topic-partition per batch for the Spark backend (0: skip it)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     cloudpickle_by_value()
@@ -335,6 +373,11 @@ def main() -> int:
         spark = build_spark_session("local[2]", "inorder-bench", local_dir=tmp)
         ours = statistics.median(bench_partition_backend(spark, args.records, args.runs, tmp))
         print(f"partition backend (local[2]):  {ours:>12,.0f} rec/s", flush=True)
+        if args.spark_backend_records > 0:
+            keyed = statistics.median(
+                bench_spark_backend(spark, args.spark_backend_records, args.runs, tmp)
+            )
+            print(f"spark backend (local[2], 4 key groups): {keyed:>12,.0f} rec/s", flush=True)
         base = statistics.median(bench_vanilla(spark, args.vanilla_records, args.runs, tmp))
         print(f"applyInPandasWithState:        {base:>12,.0f} rec/s", flush=True)
         print(f"ratio backend/baseline: {ours / base:.1f}x; backend/pure-python: {ours / py:.2f}x")

@@ -148,11 +148,6 @@ class PartitionBackend:
         from inorder.schema import output_schema
         from inorder.statecodec import check_compatible, fingerprint, validate_state_type
 
-        if self.integrity.tier == "fuzzy":
-            raise ConfigError(
-                "integrity: the fuzzy tier is not available in this version; "
-                "use Integrity.strict(...) or Integrity.none()"
-            )
         try:
             types = processor_types(self.processor)
         except TypeError as exc:

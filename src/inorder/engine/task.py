@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from inorder._worker import freeze_worker_heap
 from inorder.codecs.base import Codec
 from inorder.engine.apply import DeadLetter, OrderedApplier, RecordTuple
 from inorder.integrity import Integrity
@@ -369,5 +370,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             part.timings["apply"] = part.timings.get("apply", 0.0) + time.perf_counter() - started
             part.flush()
     results = [work[tp].finish() for tp in sorted(work)]
+    del work
+    freeze_worker_heap()
     if results:
         yield pa.RecordBatch.from_pylist(results, schema=RESULT_SCHEMA)

@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from inorder._worker import freeze_worker_heap
 from inorder.errors import DataLossError, InorderError
 from inorder.kafka.admin import client_config
 from inorder.kafka.options import SourceOptions
@@ -181,13 +182,14 @@ def read_range(
     partition, expected and available offsets, or are skipped with a warning when
     ``failOnDataLoss`` is false. A deleted topic is handled the same way.
     """
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+    from confluent_kafka import TopicPartition as CTP
+
+    freeze_worker_heap()
     if markers if markers is not None else options.partition_markers:
         yield marker_batch(tp, start, end)
     if start >= end:
         return
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Message
-    from confluent_kafka import TopicPartition as CTP
-
     try:
         consumer = Consumer(consumer_config(options))
     except KafkaException as exc:
