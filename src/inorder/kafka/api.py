@@ -29,7 +29,9 @@ class KafkaSource:
     without a checkpoint. ``topic_discovery_interval`` is a duration (``"30 seconds"``, a
     ``timedelta`` or seconds as a number). ``kafka_options`` are librdkafka settings (SASL,
     SSL, ...) passed through; they are never printed. ``options`` adds any other source option
-    by its Spark name (see docs/kafka-source.md).
+    by its Spark name (see docs/kafka-source.md). ``archive`` (the path of an
+    ``inorder archive`` dataset) reads each partition from the archive up to its end and then
+    from Kafka (see docs/archive.md).
     """
 
     bootstrap_servers: str
@@ -44,6 +46,8 @@ class KafkaSource:
     topic_discovery_interval: str | timedelta | float | None = None
     new_topic_starting_offsets: str = "earliest"
     options: Mapping[str, str] = field(default_factory=dict)
+    archive: str | None = None
+    archive_storage_options: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         what = (
@@ -115,6 +119,10 @@ class KafkaSource:
             admin.check_subscription()
         else:
             admin.topic_partitions()
+        if self.archive:
+            from inorder.archive.coverage import load_coverage
+
+            load_coverage(self.archive, dict(self.archive_storage_options) or None)
 
     def load(self, spark: Any, extra_options: Mapping[str, str] | None = None) -> Any:
         """The streaming DataFrame (registers the source, checks options and broker first)."""
@@ -122,5 +130,11 @@ class KafkaSource:
 
         options = {**self.to_options(), **(extra_options or {})}
         self.check(extra_options)
+        if self.archive:
+            from inorder.archive.tiered_source import TieredDataSource, tiered_load_options
+
+            options.update(tiered_load_options(self.archive, self.archive_storage_options))
+            spark.dataSource.register(TieredDataSource)
+            return spark.readStream.format(TieredDataSource.name()).options(**options).load()
         spark.dataSource.register(KafkaDataSource)
         return spark.readStream.format(KafkaDataSource.name()).options(**options).load()

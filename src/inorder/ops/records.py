@@ -45,21 +45,36 @@ def read_chunks(
 
     if start >= end:
         return
-    for batch in read_range(options, tp, start, end, markers=False):
+    batches = read_range(options, tp, start, end, markers=False)
+    if getattr(options, "archive", ""):  # a tiered source: archive below its end, then Kafka
+        from inorder.archive.ops import read_tiered
+
+        batches = read_tiered(options, tp, start, end)
+    for batch in batches:
         if batch.num_rows:
             yield record_tuples(batch)
 
 
+def _admin(options: SourceOptions) -> KafkaAdmin:
+    """The metadata client: archive-aware when the options name an archive."""
+    if getattr(options, "archive", ""):
+        from inorder.archive.tiered_source import TieredAdmin, TieredOptions
+
+        assert isinstance(options, TieredOptions)
+        return TieredAdmin(options)
+    return KafkaAdmin(options)
+
+
 def partitions(options: SourceOptions) -> list[TopicPartition]:
     """The topic-partitions the pipeline's subscription covers now."""
-    return KafkaAdmin(options).discover()
+    return _admin(options).discover()
 
 
 def watermarks(
     options: SourceOptions, tps: list[TopicPartition]
 ) -> dict[TopicPartition, Watermarks]:
     """Log-start and end offsets of ``tps`` (partitions the broker does not know are left out)."""
-    found, _ = KafkaAdmin(options).watermarks(tps)
+    found, _ = _admin(options).watermarks(tps)
     return found
 
 
@@ -67,4 +82,4 @@ def offsets_for_time(
     options: SourceOptions, tps: list[TopicPartition], epoch_ms: int
 ) -> dict[TopicPartition, int | None]:
     """Per partition, the first offset whose timestamp is at or after ``epoch_ms``."""
-    return KafkaAdmin(options).offsets_for_times(dict.fromkeys(tps, epoch_ms))
+    return _admin(options).offsets_for_times(dict.fromkeys(tps, epoch_ms))

@@ -65,7 +65,14 @@ class OpsTarget:
     @cached_property
     def source_options(self) -> SourceOptions:
         """The Kafka source's parsed options (bootstrap servers, subscription, client settings)."""
-        return parse_options(self.pipeline.source.to_options())
+        options = parse_options(self.pipeline.source.to_options())
+        archive = getattr(self.pipeline.source, "archive", None)
+        if archive:  # read through the archive, then Kafka, like the pipeline's source
+            from inorder.archive.tiered_source import tiered_options_of
+
+            storage = getattr(self.pipeline.source, "archive_storage_options", None)
+            return tiered_options_of(options, archive, storage)
+        return options
 
     @property
     def checkpoint_root(self) -> str:

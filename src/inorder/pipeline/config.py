@@ -111,9 +111,10 @@ def _check_values(config: Config, origin: str) -> None:
                 parse_duration(text)
             except ValueError as exc:
                 raise ConfigError(f"{origin}: {section}.{key}: {exc}") from None
-    if pipeline["backend"] != "partition":
+    if pipeline["backend"] not in ("partition", "spark"):
         raise ConfigError(
-            f"{origin}: pipeline.backend must be 'partition', not {pipeline['backend']!r}"
+            f"{origin}: pipeline.backend must be 'partition' or 'spark', "
+            f"not {pipeline['backend']!r}"
         )
     if pipeline["progress"] not in PROGRESS_MODES:
         raise ConfigError(f"{origin}: pipeline.progress must be one of {', '.join(PROGRESS_MODES)}")
@@ -243,6 +244,7 @@ def _make_source(spec: Mapping[str, Any]) -> Any:
         include_headers=spec["include_headers"],
         topic_discovery_interval=spec["topic_discovery_interval"],
         kafka_options=dict(spec["kafka"]),
+        archive=spec.get("archive") or None,
     )
 
 
@@ -287,6 +289,7 @@ def build_pipeline(config: Config) -> Any:
         progress=pipeline["progress"],
         tick_interval=parse_duration(tick) if tick else None,
         observers=observers,
+        job_version=pipeline.get("job_version") or None,
     )
 
 

@@ -13,13 +13,14 @@ from inorder.processor import Msg, Out, Processor, State
 from inorder.sinks.base import Sink
 
 if TYPE_CHECKING:
+    from inorder.archive.initial_state import InitialState
     from inorder.codecs.base import Codec
     from inorder.kafka.api import KafkaSource
     from inorder.ops.observer import RunObserver
     from inorder.pipeline.progress import RunSummary
 
-Backend = Literal["partition"]
-BACKENDS: tuple[str, ...] = ("partition",)
+Backend = Literal["partition", "spark"]
+BACKENDS: tuple[str, ...] = ("partition", "spark")
 
 
 @dataclass
@@ -30,6 +31,10 @@ class Pipeline(Generic[Msg, State, Out]):
     now, in bounded batches, then return) or ``"once"``. Codec and integrity default to the
     processor's own (``default_codec()`` / ``default_integrity()``) or JSON into the
     processor's message type and ``Integrity.strict()``.
+
+    ``job_version`` adds a ``job_version`` column to every output row; ``initial_state``
+    seeds a new checkpoint's state from a dataset and starts the source at the offsets that
+    state corresponds to (see docs/versioned-jobs.md).
     """
 
     source: KafkaSource
@@ -47,6 +52,8 @@ class Pipeline(Generic[Msg, State, Out]):
     progress: str = "auto"
     tick_interval: timedelta | None = None
     observers: Sequence[RunObserver] = ()
+    job_version: str | None = None
+    initial_state: InitialState | None = None
 
     def resolved_codec(self) -> Codec[Msg]:
         """The codec to use: given, the processor's default, or JSON into its message type."""

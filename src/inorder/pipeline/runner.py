@@ -102,11 +102,13 @@ class PipelineRunner:
 
     def _make_backend(self) -> Any:
         p = self.pipeline
-        if p.backend != "partition":
-            raise ConfigError(f"backend {p.backend!r} is not available; use 'partition'")
+        if p.backend not in ("partition", "spark"):
+            raise ConfigError(f"backend {p.backend!r} is not available; use 'partition' or 'spark'")
         from inorder.engine.partition import PartitionBackend
+        from inorder.engine.spark_backend import SparkBackend
 
-        return PartitionBackend(
+        backend_class = SparkBackend if p.backend == "spark" else PartitionBackend
+        return backend_class(
             p.processor,
             p.resolved_codec(),
             p.resolved_integrity(),
@@ -167,6 +169,14 @@ class PipelineRunner:
         from inorder.pipeline.spark import build_spark_session
 
         started = time.monotonic()
+        from inorder.archive.initial_state import prepare_pipeline, seed_if_needed
+
+        # Job version (sink wrapper) and initial state (starting offsets) when configured.
+        self.pipeline, seeding = prepare_pipeline(self.pipeline, self.checkpoint)
+        # What `inorder repair` left in the checkpoint: batch id offset, starting offsets.
+        from inorder.ops.repair import resume_overrides
+
+        self.pipeline = resume_overrides(self.pipeline, self.checkpoint)
         p = self.pipeline
         summary = RunSummary(output=p.sink.describe())
         self._check_checkpoint_writable()
@@ -179,7 +189,12 @@ class PipelineRunner:
         if p.dead_letter is not None:
             p.dead_letter.bind(owner)
         self._backend = self._make_backend()
-        self._backend.check()
+        try:
+            self._backend.check()
+        except InorderError as exc:
+            # Anything found before the first batch is a setup problem: exit code 2.
+            raise ConfigError(str(exc)) from None
+        seed_if_needed(self._backend, p, seeding)
         self.reporter.info(f"inorder: starting {p.name!r} on {p.spark_master}, {p.sink.describe()}")
         self._spark = build_spark_session(
             master=p.spark_master, app_name=p.name, conf=dict(p.spark_conf)

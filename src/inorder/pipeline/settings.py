@@ -53,7 +53,10 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             'everything available in bounded batches, then stop) or "once".',
         ),
         "backend": Setting(
-            str, "partition", 'Ordered engine backend: "partition" (shuffle-free, default).'
+            str,
+            "partition",
+            'Ordered engine backend: "partition" (shuffle-free, one task per topic-partition, '
+            'default) or "spark" (keys spread over Spark tasks through a shuffle).',
         ),
         "progress": Setting(
             str,
@@ -66,6 +69,12 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             "",
             "Run a micro-batch at least this often even without new records, so "
             'processing-time timeouts fire (e.g. "30 seconds"; empty: only with data).',
+        ),
+        "job_version": Setting(
+            str,
+            "",
+            "Version of the job, written to a `job_version` column of every output row "
+            "(empty: no such column).",
         ),
     },
     "source": {
@@ -92,6 +101,12 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         ),
         "kafka": Setting(
             dict, {}, "Extra librdkafka/confluent-kafka settings (SASL/SSL...), passed through."
+        ),
+        "archive": Setting(
+            str,
+            "",
+            "Path of an `inorder archive` dataset: each partition is read from the archive up "
+            "to its end, then from Kafka (replay past Kafka's retention). Empty: Kafka only.",
         ),
     },
     "codec": {

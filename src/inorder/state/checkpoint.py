@@ -40,7 +40,7 @@ from inorder.sinks.fs import (
     write_bytes,
 )
 
-_FILE = re.compile(r"^(\d{20})\.(delta|snapshot)\.parquet$")
+_FILE = re.compile(r"^(-?\d{19,20})\.(delta|snapshot)\.parquet$")
 
 #: Arrow schema of delta and snapshot files (one row per key).
 STATE_FILE_SCHEMA = pa.schema(
