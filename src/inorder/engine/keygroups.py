@@ -36,9 +36,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inorder.codecs.base import DecodeError
-from inorder.engine.apply import PROCESSOR_ERROR, DeadLetter, OrderedApplier, ViolationEvent
+from inorder.engine.apply import PROCESSOR_ERROR, OrderedApplier, ViolationEvent
 from inorder.engine.context import EngineContext, delta_micros, to_micros
-from inorder.engine.task import DEAD_LETTER_SCHEMA, RESULT_SCHEMA, TaskSpec, files_json
+from inorder.engine.task import RESULT_SCHEMA, TaskSpec, task_result, write_dead_letters
 from inorder.records import TopicPartition
 from inorder.sinks.base import BatchWriter, WrittenFile
 from inorder.state.store import PartitionStore
@@ -332,57 +332,19 @@ class _GroupWork:
                 )
         if failed is None:
             if applier.dead_letters and spec.dead_letter_sink is not None:
-                dl_files = self._write_dead_letters(applier.dead_letters)
+                dl_files = write_dead_letters(spec, self.tp, self.key, applier.dead_letters)
             started = time.perf_counter()
             self.store.commit(applier.changes(), applier.meta)
             self.timings["state"] = time.perf_counter() - started
         state_keys = self.store.key_count()
         self.store.close()
         return {
-            "topic": self.tp.topic,
-            "partition": self.tp.partition,
-            "first_offset": applier.first_offset,
-            "last_offset": applier.meta.last_offset,
-            "records": applier.counters["records"],
-            "output_rows": output_rows,
-            "files": files_json(files),
-            "dead_letter_files": files_json(dl_files),
-            "state_keys": state_keys,
-            "violations": json.dumps([v.to_json() for v in applier.violations]),
-            "violation_counts": json.dumps(applier.violation_counts),
-            "counters": json.dumps({**applier.counters, "dead_letters": len(applier.dead_letters)}),
-            "timings": json.dumps(self.timings),
-            "failed": None if failed is None else json.dumps(failed.to_json()),
+            **task_result(
+                self.tp, applier, output_rows, files, dl_files, state_keys, self.timings, failed
+            ),
             "grp": self.group,
             "max_event_us": applier.meta.max_event_us,
         }
-
-    def _write_dead_letters(self, letters: list[DeadLetter]) -> list[WrittenFile]:
-        spec = self.spec
-        assert spec.dead_letter_sink is not None
-        n = len(letters)
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array([self.tp.topic] * n, pa.string()),
-                pa.array([self.tp.partition] * n, pa.int32()),
-                pa.array([d.offset for d in letters], pa.int64()),
-                pa.array([d.kafka_key for d in letters], pa.binary()),
-                pa.array([d.value for d in letters], pa.binary()),
-                pa.array([d.timestamp_us for d in letters], pa.int64()).cast(
-                    pa.timestamp("us", tz="UTC")
-                ),
-                pa.array([d.key for d in letters], pa.string()),
-                pa.array([d.rule for d in letters], pa.string()),
-                pa.array([d.detail for d in letters], pa.string()),
-                pa.array([spec.batch_id] * n, pa.int64()),
-            ],
-            schema=DEAD_LETTER_SCHEMA,
-        )
-        writer = spec.dead_letter_sink.open_writer(
-            DEAD_LETTER_SCHEMA, spec.batch_id, f"dl-{self.key}"
-        )
-        writer.write(batch)
-        return writer.close()
 
 
 def group_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from inorder._worker import freeze_worker_heap
 from inorder.codecs.base import Codec
-from inorder.engine.apply import DeadLetter, OrderedApplier, RecordTuple
+from inorder.engine.apply import DeadLetter, OrderedApplier, RecordTuple, ViolationEvent
 from inorder.integrity import Integrity
 from inorder.processor import Processor
 from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS, TopicPartition
@@ -184,7 +184,7 @@ class _PartitionWork:
             try:
                 self.flush(force=True)
             except Exception as exc:  # an output row that does not fit the schema is a bug
-                from inorder.engine.apply import PROCESSOR_ERROR, ViolationEvent
+                from inorder.engine.apply import PROCESSOR_ERROR
 
                 failed = ViolationEvent(
                     self.tp.topic,
@@ -199,7 +199,7 @@ class _PartitionWork:
             if self.writer is not None:
                 files = self.writer.close()
             if applier.dead_letters and spec.dead_letter_sink is not None:
-                dl_files = self._write_dead_letters(applier.dead_letters)
+                dl_files = write_dead_letters(spec, self.tp, self._task_key, applier.dead_letters)
             started = time.perf_counter()
             self.store.commit(applier.changes(), applier.meta)
             self.timings["state"] = time.perf_counter() - started
@@ -209,49 +209,66 @@ class _PartitionWork:
         self.timings["store_load"] = self.store.stats.load_seconds
         self.timings["cache_hit"] = float(self.store.stats.cache_hit)
         self.store.close()
-        return {
-            "topic": self.tp.topic,
-            "partition": self.tp.partition,
-            "first_offset": applier.first_offset,
-            "last_offset": applier.meta.last_offset,
-            "records": applier.counters["records"],
-            "output_rows": self.output_rows,
-            "files": files_json(files),
-            "dead_letter_files": files_json(dl_files),
-            "state_keys": state_keys,
-            "violations": json.dumps([v.to_json() for v in applier.violations]),
-            "violation_counts": json.dumps(applier.violation_counts),
-            "counters": json.dumps({**applier.counters, "dead_letters": len(applier.dead_letters)}),
-            "timings": json.dumps(self.timings),
-            "failed": None if failed is None else json.dumps(failed.to_json()),
-        }
+        return task_result(
+            self.tp, applier, self.output_rows, files, dl_files, state_keys, self.timings, failed
+        )
 
-    def _write_dead_letters(self, letters: list[DeadLetter]) -> list[WrittenFile]:
-        spec = self.spec
-        assert spec.dead_letter_sink is not None
-        n = len(letters)
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array([self.tp.topic] * n, pa.string()),
-                pa.array([self.tp.partition] * n, pa.int32()),
-                pa.array([d.offset for d in letters], pa.int64()),
-                pa.array([d.kafka_key for d in letters], pa.binary()),
-                pa.array([d.value for d in letters], pa.binary()),
-                pa.array([d.timestamp_us for d in letters], pa.int64()).cast(
-                    pa.timestamp("us", tz="UTC")
-                ),
-                pa.array([d.key for d in letters], pa.string()),
-                pa.array([d.rule for d in letters], pa.string()),
-                pa.array([d.detail for d in letters], pa.string()),
-                pa.array([spec.batch_id] * n, pa.int64()),
-            ],
-            schema=DEAD_LETTER_SCHEMA,
-        )
-        writer = spec.dead_letter_sink.open_writer(
-            DEAD_LETTER_SCHEMA, spec.batch_id, f"dl-{self._task_key}"
-        )
-        writer.write(batch)
-        return writer.close()
+
+def write_dead_letters(
+    spec: TaskSpec, tp: TopicPartition, task_key: str, letters: list[DeadLetter]
+) -> list[WrittenFile]:
+    """Stage a task's dead letters (records that broke a rule, with the reason)."""
+    assert spec.dead_letter_sink is not None
+    n = len(letters)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array([tp.topic] * n, pa.string()),
+            pa.array([tp.partition] * n, pa.int32()),
+            pa.array([d.offset for d in letters], pa.int64()),
+            pa.array([d.kafka_key for d in letters], pa.binary()),
+            pa.array([d.value for d in letters], pa.binary()),
+            pa.array([d.timestamp_us for d in letters], pa.int64()).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
+            pa.array([d.key for d in letters], pa.string()),
+            pa.array([d.rule for d in letters], pa.string()),
+            pa.array([d.detail for d in letters], pa.string()),
+            pa.array([spec.batch_id] * n, pa.int64()),
+        ],
+        schema=DEAD_LETTER_SCHEMA,
+    )
+    writer = spec.dead_letter_sink.open_writer(DEAD_LETTER_SCHEMA, spec.batch_id, f"dl-{task_key}")
+    writer.write(batch)
+    return writer.close()
+
+
+def task_result(
+    tp: TopicPartition,
+    applier: OrderedApplier,
+    output_rows: int,
+    files: list[WrittenFile],
+    dead_letter_files: list[WrittenFile],
+    state_keys: int,
+    timings: dict[str, float],
+    failed: ViolationEvent | None,
+) -> dict[str, Any]:
+    """The small result row a task returns to the driver (see ``RESULT_SCHEMA``)."""
+    return {
+        "topic": tp.topic,
+        "partition": tp.partition,
+        "first_offset": applier.first_offset,
+        "last_offset": applier.meta.last_offset,
+        "records": applier.counters["records"],
+        "output_rows": output_rows,
+        "files": files_json(files),
+        "dead_letter_files": files_json(dead_letter_files),
+        "state_keys": state_keys,
+        "violations": json.dumps([v.to_json() for v in applier.violations]),
+        "violation_counts": json.dumps(applier.violation_counts),
+        "counters": json.dumps({**applier.counters, "dead_letters": len(applier.dead_letters)}),
+        "timings": json.dumps(timings),
+        "failed": None if failed is None else json.dumps(failed.to_json()),
+    }
 
 
 #: The projection the driver applies before ``mapInArrow``. Spark converts an
