@@ -429,21 +429,7 @@ class OrderedApplier:
                 try:
                     msg = decode(value, kafka_key)
                 except DecodeError as exc:
-                    try:
-                        blamed = processor.record_key(kafka_key)
-                    except Exception:
-                        blamed = None
-                    if blamed is not None and self._policy == "restart_session":
-                        # The blamed key may already wait for its next session: this record
-                        # belongs to the broken session, so it is ignored like any other
-                        # record of it (a second reset would report one fault twice).
-                        blamed_entry = self._get(blamed)
-                        if blamed_entry is not None and blamed_entry.ignored:
-                            counters["ignored"] += 1
-                            continue
-                    self._violation(
-                        "undecodable", str(exc), blamed, offset, value, ts_us, kafka_key
-                    )
+                    self._undecodable(exc, offset, kafka_key, value, ts_us)
                     if self.failed is not None:
                         break
                     continue
