@@ -16,7 +16,6 @@ makes the seam of :mod:`inorder.archive.tiered_source` exact.
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
 import json
 import threading
@@ -31,10 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inorder.archive.layout import ARCHIVE_SCHEMA, PARTITION_BY, ArchivedRange, write_index
-from inorder.durations import parse_duration
 from inorder.errors import ConfigError, InorderError
 from inorder.kafka.consumer import MARKER_HEADER
-from inorder.sinks import fs as sfs
+from inorder.pipeline.query import checkpoint_owner, trigger_kwargs
 from inorder.sinks.base import Sink, SinkError, WrittenFile
 from inorder.sinks.parquet import ParquetSink
 
@@ -407,35 +405,6 @@ class Archive:
                 lines = str(err).strip().splitlines()
                 raise InorderError(f"archive query failed: {lines[0] if lines else err!r}")
         return summary
-
-
-def trigger_kwargs(trigger: str) -> dict[str, Any]:
-    """``DataStreamWriter.trigger`` arguments for an interval, available-now or once."""
-    text = trigger.strip().lower()
-    if text in ("available-now", "available_now", "availablenow"):
-        return {"availableNow": True}
-    if text == "once":
-        return {"once": True}
-    try:
-        interval = parse_duration(text)
-    except ValueError as exc:
-        raise ConfigError(f"trigger: {exc}; or 'available-now' / 'once'") from None
-    return {"processingTime": f"{int(interval.total_seconds() * 1000)} milliseconds"}
-
-
-def checkpoint_owner(checkpoint: str) -> str:
-    """The checkpoint's id (created with it, as the pipeline runner does): binds the sink."""
-    location = sfs.resolve(checkpoint)
-    if not location.is_s3:
-        try:
-            location.filesystem.create_dir(location.root, recursive=True)
-        except OSError as exc:
-            raise ConfigError(f"checkpoint {checkpoint!r} is not writable: {exc}") from None
-    path = location.join("inorder-checkpoint.json")
-    with contextlib.suppress(sfs.AlreadyExists):  # created by an earlier run: keep it
-        sfs.put_if_absent(location, path, json.dumps({"id": uuid.uuid4().hex}).encode())
-    owner: str = json.loads(sfs.read_bytes(location, path))["id"]
-    return owner
 
 
 class _Stop(Exception):

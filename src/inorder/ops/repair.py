@@ -45,10 +45,11 @@ from inorder.ops.records import offsets_for_time, partitions, read_chunks, water
 from inorder.ops.repair_output import OutputDeletion, count_rows, delete_rows
 from inorder.ops.sessionspans import SpanTracker
 from inorder.ops.target import OpsTarget
+from inorder.pipeline.query import CHECKPOINT_FILE
 from inorder.records import TopicPartition
 from inorder.state.entry import KeyEntry, PartitionMeta
 
-CHECKPOINT_INFO = "inorder-checkpoint.json"
+CHECKPOINT_INFO = CHECKPOINT_FILE
 NEW_SUFFIX = ".repair-new"
 
 

@@ -13,7 +13,6 @@ or re-run by the next start: never half-applied.
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import threading
 import time
@@ -22,7 +21,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from inorder.durations import parse_duration
 from inorder.errors import ConfigError, InorderError
 from inorder.pipeline.progress import (
     BatchProgress,
@@ -30,6 +28,7 @@ from inorder.pipeline.progress import (
     RunSummary,
     make_reporter,
 )
+from inorder.pipeline.query import checkpoint_owner, trigger_kwargs
 
 if TYPE_CHECKING:
     from inorder.pipeline.pipeline import Pipeline
@@ -71,20 +70,6 @@ class PipelineRunner:
         """The checkpoint root as a string."""
         return str(self.pipeline.checkpoint)
 
-    def _checkpoint_owner(self) -> str:
-        """The checkpoint's id: created with the checkpoint, kept for its whole life."""
-        import json
-        import uuid
-
-        from inorder.sinks import fs as sfs
-
-        location = sfs.resolve(self.checkpoint)
-        path = location.join("inorder-checkpoint.json")
-        with contextlib.suppress(sfs.AlreadyExists):  # created by an earlier run: keep it
-            sfs.put_if_absent(location, path, json.dumps({"id": uuid.uuid4().hex}).encode())
-        owner: str = json.loads(sfs.read_bytes(location, path))["id"]
-        return owner
-
     def _check_checkpoint_writable(self) -> None:
         root = self.checkpoint
         if "://" in root and not root.startswith("file://"):
@@ -118,16 +103,7 @@ class PipelineRunner:
         )
 
     def _trigger_kwargs(self) -> dict[str, Any]:
-        trigger = self.pipeline.trigger.strip().lower()
-        if trigger in ("available-now", "available_now", "availablenow"):
-            return {"availableNow": True}
-        if trigger == "once":
-            return {"once": True}
-        try:
-            interval = parse_duration(trigger)
-        except ValueError as exc:
-            raise ConfigError(f"trigger: {exc}; or 'available-now' / 'once'") from None
-        return {"processingTime": f"{int(interval.total_seconds() * 1000)} milliseconds"}
+        return trigger_kwargs(self.pipeline.trigger)
 
     def _source_options(self) -> dict[str, str]:
         options = {"inorder.partitionMarkers": "true"}
@@ -184,7 +160,7 @@ class PipelineRunner:
         # Everything that can be wrong is checked before Spark starts: broker, options,
         # output types, state compatibility, sink.
         p.source.check(self._source_options())
-        owner = self._checkpoint_owner()
+        owner = checkpoint_owner(self.checkpoint)
         p.sink.bind(owner)
         if p.dead_letter is not None:
             p.dead_letter.bind(owner)
