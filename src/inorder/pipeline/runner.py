@@ -210,7 +210,12 @@ class PipelineRunner:
             raise
         self._observers.on_stop()
         if not summary.stopped_because:
-            summary.stopped_because = "caught up" if "processingTime" not in trigger else "ended"
+            if self._stop.is_set():
+                summary.stopped_because = "stop requested"
+            else:
+                summary.stopped_because = (
+                    "caught up" if "processingTime" not in trigger else "ended"
+                )
         if self._spark is not None:
             self._spark.sparkContext.setLogLevel("ERROR")
         self.reporter.summary(summary)
@@ -233,8 +238,10 @@ class PipelineRunner:
         for progress in query.recentProgress:
             data = progress if isinstance(progress, dict) else _progress_dict(progress)
             batch_id = int(data.get("batchId", -1))
-            report = self._reports.get(batch_id)
-            if report is None or batch_id in printed:
+            if batch_id in printed:
+                continue
+            report = self._reports.pop(batch_id, None)  # reported once: a long run keeps none
+            if report is None:
                 continue
             printed.add(batch_id)
             line = batch_progress(batch_id, report, data)
