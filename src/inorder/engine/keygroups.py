@@ -36,12 +36,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inorder.codecs.base import DecodeError
-from inorder.engine.apply import PROCESSOR_ERROR, OrderedApplier, ViolationEvent
+from inorder.engine.apply import PROCESSOR_ERROR, ViolationEvent
 from inorder.engine.context import EngineContext, delta_micros, to_micros
-from inorder.engine.task import RESULT_SCHEMA, TaskSpec, task_result, write_dead_letters
+from inorder.engine.task import (
+    RESULT_SCHEMA,
+    TaskSpec,
+    open_applier,
+    task_result,
+    write_dead_letters,
+)
 from inorder.records import TopicPartition
 from inorder.sinks.base import BatchWriter, WrittenFile
-from inorder.state.store import PartitionStore
 
 #: Columns of the routed rows (stage 1 output, stage 2 input).
 ROUTED_SCHEMA = pa.schema(
@@ -247,26 +252,8 @@ class _GroupWork:
         self.tp = tp
         self.group = group
         self.encoder = encoder
-        self.store = PartitionStore(
-            spec.checkpoint,
-            group_store_partition(tp, group),
-            state_codec,
-            spec.epoch,
-            spec.state_options,
-        )
-        view, meta = self.store.open(spec.batch_id)
-        self.applier = OrderedApplier(
-            spec.processor,
-            spec.codec,
-            spec.integrity,
-            view,
-            tp.topic,
-            tp.partition,
-            spec.batch_id,
-            spec.processing_us,
-            meta,
-            max_events=spec.max_events,
-            external_watermark=True,
+        self.store, self.applier = open_applier(
+            spec, tp, group_store_partition(tp, group), state_codec, external_watermark=True
         )
         self.timings: dict[str, float] = {"load": time.perf_counter() - started}
         self.key = f"{tp.topic}-{tp.partition}-g{group}-{uuid.uuid4().hex[:12]}"

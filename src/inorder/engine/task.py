@@ -121,6 +121,34 @@ def files_from_json(text: str | None) -> list[WrittenFile]:
     ]
 
 
+def open_applier(
+    spec: TaskSpec,
+    tp: TopicPartition,
+    store_tp: TopicPartition,
+    state_codec: Any,
+    external_watermark: bool = False,
+) -> tuple[PartitionStore, OrderedApplier]:
+    """Open the state of ``store_tp`` as of the batch before ``spec.batch_id`` and an applier
+    for the records of ``tp`` over it (the same store for the partition backend; a key
+    group's own store for the spark backend)."""
+    store = PartitionStore(spec.checkpoint, store_tp, state_codec, spec.epoch, spec.state_options)
+    view, meta = store.open(spec.batch_id)
+    applier = OrderedApplier(
+        spec.processor,
+        spec.codec,
+        spec.integrity,
+        view,
+        tp.topic,
+        tp.partition,
+        spec.batch_id,
+        spec.processing_us,
+        meta,
+        max_events=spec.max_events,
+        external_watermark=external_watermark,
+    )
+    return store, applier
+
+
 class _PartitionWork:
     """One topic-partition inside a task: its store, applier and writers."""
 
@@ -129,22 +157,7 @@ class _PartitionWork:
         self.tp = tp
         self.encoder = encoder
         started = time.perf_counter()
-        self.store = PartitionStore(
-            spec.checkpoint, tp, state_codec, spec.epoch, spec.state_options
-        )
-        view, meta = self.store.open(spec.batch_id)
-        self.applier = OrderedApplier(
-            spec.processor,
-            spec.codec,
-            spec.integrity,
-            view,
-            tp.topic,
-            tp.partition,
-            spec.batch_id,
-            spec.processing_us,
-            meta,
-            max_events=spec.max_events,
-        )
+        self.store, self.applier = open_applier(spec, tp, tp, state_codec)
         self.writer: BatchWriter | None = None
         self.output_rows = 0
         self.timings: dict[str, float] = {"load": time.perf_counter() - started, "write": 0.0}
