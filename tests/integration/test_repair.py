@@ -21,6 +21,7 @@ from inorder.errors import InorderError
 from inorder.ops.repair import apply_repair, plan_repair, read_info
 from inorder.ops.sessionspans import SpanTracker
 from inorder.ops.target import OpsTarget
+from inorder.ops.validate import validate
 from inorder.pipeline.config import build_pipeline
 from inorder.pipeline.config import validate as validate_config
 from inorder.pipeline.runner import PipelineRunner
@@ -206,6 +207,14 @@ def test_repair_after_lost_state_restores_the_truth(
     assert not problems, "\n".join(problems[:20])
     changes = read_changes(str(output))
     assert max(changes.column("batch_id").to_pylist()) >= plan.batch_offset
+
+    # validate and inspect know the output numbers this checkpoint's batches from the offset.
+    checked = validate(OpsTarget.load(str(toml)))
+    assert checked.ok, checked.lines()
+    assert any("repaired" in n for n in checked.notes)
+    shown = cli("inspect", str(toml), "--batches")
+    assert shown.returncode == 0, shown.stderr
+    assert f"(output {plan.batch_offset})" in shown.stdout
 
 
 def test_unfinished_repair_blocks_the_run(kafka: Any, spark: Any, tmp_path: Path) -> None:

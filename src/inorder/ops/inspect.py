@@ -163,6 +163,8 @@ def inspect_all(
     doc: dict[str, Any] = {"checkpoint": target.checkpoint_root}
     last = log.last_committed()
     doc["last_committed_batch"] = None if last is None else last.batch_id
+    # After `inorder repair` the output's batch ids are this checkpoint's plus an offset.
+    doc["output_batch_offset"] = target.batch_offset
     if want_batches:
         doc["batches"] = [asdict(b) for b in batches(log, limit)]
     if want_state:
@@ -173,14 +175,21 @@ def inspect_all(
 def format_inspect(doc: dict[str, Any]) -> list[str]:
     """Human lines for :func:`inspect_all`'s document."""
     lines = [f"checkpoint {doc['checkpoint']}: last committed batch {doc['last_committed_batch']}"]
+    shift = int(doc.get("output_batch_offset") or 0)
+    if shift:
+        lines.append(
+            f"repaired checkpoint: its batch b is batch {shift} + b in the output "
+            "(the rows' batch_id column)"
+        )
     for b in doc.get("batches", []):
         ranges = ", ".join(
             f"{tp} {r[0] if r[0] >= 0 else '?'}..{r[1]}" for tp, r in b["ranges"].items()
         )
         state = "committed" if b["committed"] else "NOT committed"
         dur = "?" if b["duration_seconds"] is None else f"{b['duration_seconds']:.2f} s"
+        shown = f"{b['batch_id']:>6}" + (f" (output {b['batch_id'] + shift})" if shift else "")
         lines.append(
-            f"batch {b['batch_id']:>6} {state:<13} planned {b['planned_at']} took {dur} "
+            f"batch {shown} {state:<13} planned {b['planned_at']} took {dur} "
             f"records {b['records_planned']:,}  {ranges}"
         )
     for s in doc.get("state", []):

@@ -85,6 +85,25 @@ class OpsTarget:
         return f"{self.checkpoint_root}/spark"
 
     @cached_property
+    def batch_offset(self) -> int:
+        """What ``inorder repair`` added to this checkpoint's batch ids in the output (0 if none).
+
+        After a repair the new checkpoint's batch ``b`` is the output's batch
+        ``batch_offset + b`` (see :mod:`inorder.sinks.offset_ids`).
+        """
+        import json
+
+        from inorder.pipeline.query import CHECKPOINT_FILE
+        from inorder.sinks import fs as sfs
+
+        location = sfs.resolve(self.checkpoint_root)
+        path = location.join(CHECKPOINT_FILE)
+        if not sfs.exists(location, path):
+            return 0
+        info: dict[str, Any] = json.loads(sfs.read_bytes(location, path))
+        return int(info.get("batch_offset", 0))
+
+    @cached_property
     def engine(self) -> CheckpointStore:
         """inorder's state checkpoint."""
         return CheckpointStore(f"{self.checkpoint_root}/engine")
