@@ -137,6 +137,29 @@ def _check_values(config: Config, origin: str) -> None:
         raise ConfigError(f"{origin}: sink.type must be 'parquet' or 'delta'")
     if config["sink"]["target_file_size"] <= 0:
         raise ConfigError(f"{origin}: sink.target_file_size must be > 0")
+    _check_materialized(config, origin)
+
+
+def _check_materialized(config: Config, origin: str) -> None:
+    spec = config["materialized"]
+    if spec["type"] and spec["type"] not in ("parquet", "delta"):
+        raise ConfigError(f"{origin}: materialized.type must be 'parquet' or 'delta'")
+    if spec["every"] < 0 or (spec["path"] and spec["every"] == 0):
+        raise ConfigError(
+            f"{origin}: materialized.every must be an integer >= 1 (batches between full "
+            "materializations)"
+        )
+    if spec["every"] and not spec["path"]:
+        raise ConfigError(f"{origin}: materialized.every is set but materialized.path is not")
+    kind = config["processor"]["type"]
+    # A "module:Class" processor may still be session tables: checked when it is built.
+    if spec["path"] and kind != "sessions" and ":" not in kind:
+        raise ConfigError(
+            f"{origin}: [materialized] needs the session-table processor "
+            "(processor.type = 'sessions')"
+        )
+    if spec["path"] and spec["path"].rstrip("/") == config["sink"]["path"].rstrip("/"):
+        raise ConfigError(f"{origin}: materialized.path must differ from sink.path")
 
 
 def import_reference(reference: str, what: str) -> Any:
@@ -260,6 +283,21 @@ def build_pipeline(config: Config) -> Any:
         dead_letter = _make_sink(
             {**config["sink"], "path": config["dead_letter"]["path"], "partition_by": ["topic"]}
         )
+    materialized = None
+    spec = config["materialized"]
+    if spec["path"]:
+        from inorder.sessions.materializer import check_materialization
+
+        materialized = _make_sink(
+            {
+                **config["sink"],
+                "path": spec["path"],
+                "type": spec["type"] or config["sink"]["type"],
+                "partition_by": list(spec["partition_by"]),
+                "storage_options": spec["storage_options"] or config["sink"]["storage_options"],
+            }
+        )
+        check_materialization(processor, materialized, spec["every"])
     tick = pipeline["tick_interval"]
     observers: list[Any] = []
     notify = config["notify"]
@@ -290,6 +328,8 @@ def build_pipeline(config: Config) -> Any:
         tick_interval=parse_duration(tick) if tick else None,
         observers=observers,
         job_version=pipeline.get("job_version") or None,
+        materialized=materialized,
+        materialize_every=spec["every"] or None,
     )
 
 

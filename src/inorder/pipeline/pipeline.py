@@ -35,6 +35,10 @@ class Pipeline(Generic[Msg, State, Out]):
     ``job_version`` adds a ``job_version`` column to every output row; ``initial_state``
     seeds a new checkpoint's state from a dataset and starts the source at the offsets that
     state corresponds to (see docs/versioned-jobs.md).
+
+    ``materialized`` (a Parquet or Delta sink) with ``materialize_every=N`` writes every
+    session's full table there every N micro-batches and each session's final table when it
+    ends; session-table pipelines only (see docs/sessions.md).
     """
 
     source: KafkaSource
@@ -54,6 +58,8 @@ class Pipeline(Generic[Msg, State, Out]):
     observers: Sequence[RunObserver] = ()
     job_version: str | None = None
     initial_state: InitialState | None = None
+    materialized: Sink | None = None
+    materialize_every: int | None = None
 
     def resolved_codec(self) -> Codec[Msg]:
         """The codec to use: given, the processor's default, or JSON into its message type."""

@@ -62,6 +62,7 @@ class PipelineRunner:
 
         self._observers = SafeObservers(pipeline.observers)
         self._backend: Any = None
+        self._materializer: Any = None
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -121,6 +122,9 @@ class PipelineRunner:
         with self._in_batch:
             try:
                 report = self._backend.run_batch(df, batch_id)
+                if self._materializer is not None:
+                    # After the change log's commit, also on a re-run that commits nothing.
+                    self._materializer.after_commit(batch_id)
             except BaseException as exc:
                 self._failure = exc
                 self._quiet_spark()
@@ -164,6 +168,11 @@ class PipelineRunner:
         p.sink.bind(owner)
         if p.dead_letter is not None:
             p.dead_letter.bind(owner)
+        if seeding and p.backend == "spark":
+            raise ConfigError(
+                "initial_state needs backend = 'partition': the spark backend keeps state in "
+                "Spark's state store, which inorder cannot seed"
+            )
         self._backend = self._make_backend()
         try:
             self._backend.check()
@@ -171,11 +180,17 @@ class PipelineRunner:
             # Anything found before the first batch is a setup problem: exit code 2.
             raise ConfigError(str(exc)) from None
         seed_if_needed(self._backend, p, seeding)
+        from inorder.sessions.materializer import pipeline_materializer
+
+        self._materializer = pipeline_materializer(p)
         self.reporter.info(f"inorder: starting {p.name!r} on {p.spark_master}, {p.sink.describe()}")
         self._spark = build_spark_session(
             master=p.spark_master, app_name=p.name, conf=dict(p.spark_conf)
         )
         df = p.source.load(self._spark, extra_options=self._source_options())
+        prepare = getattr(self._backend, "prepare_stream", None)
+        if prepare is not None:  # e.g. the spark backend's keyed stage (transformWithState)
+            df = prepare(df)
         self._observers.on_start()
         query = (
             df.writeStream.foreachBatch(self._on_batch)

@@ -157,6 +157,25 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             "(default: <sink path>/_dead_letter).",
         ),
     },
+    "materialized": {
+        "every": Setting(
+            int,
+            0,
+            "Session-table pipelines: write every live session's full table to the "
+            "materialized output every N micro-batches (and each session's final table when "
+            "it ends). Required with `path`.",
+        ),
+        "path": Setting(
+            str,
+            "",
+            "Where full session tables go: local path or s3://bucket/prefix (empty: none).",
+        ),
+        "type": Setting(str, "", '"parquet" or "delta" (default: the [sink] type).'),
+        "partition_by": Setting(list, ["topic"], "Output columns to partition files by."),
+        "storage_options": Setting(
+            dict, {}, "Object store settings (default: the [sink] storage_options)."
+        ),
+    },
     "notify": {
         "webhook_url": Setting(str, "", "POST a JSON event here on failure, stall or violations."),
         "command": Setting((str, list), "", "Run this command with the JSON event on stdin."),

@@ -1,5 +1,6 @@
-"""Snapshot/update session tables: the built-in processor, its codec, and change-log rebuild."""
+"""Snapshot/update session tables: the processor, its codec, change-log rebuild, full tables."""
 
+from inorder.sessions.materializer import read_materialized
 from inorder.sessions.messages import (
     Delete,
     End,
@@ -23,6 +24,7 @@ __all__ = [
     "SessionTables",
     "Snapshot",
     "Update",
+    "read_materialized",
     "rebuild_tables",
     "rebuild_tables_duckdb",
 ]

@@ -96,3 +96,11 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> str:
         """One line for humans (no credentials)."""
+
+    def read_batches(self, first: int, last: int, columns: Sequence[str] | None = None) -> pa.Table:
+        """Driver: the committed rows whose ``batch_id`` is in ``[first, last]``.
+
+        ``columns`` selects columns (all when ``None``). Sinks that can be read back
+        (Parquet, Delta) override this; others raise :class:`SinkError`.
+        """
+        raise SinkError(f"{self.describe()}: cannot be read back by batch")

@@ -220,6 +220,20 @@ class DeltaSink(Sink):
         version = self.committed_version()
         return version is not None and version >= batch_id
 
+    def read_batches(self, first: int, last: int, columns: Sequence[str] | None = None) -> pa.Table:
+        """The rows of batches ``first..last`` in the table (by their ``batch_id`` column).
+
+        Files whose ``batch_id`` statistics lie outside the range are skipped unread.
+        """
+        import pyarrow.dataset as ds
+
+        dataset = self._table().to_pyarrow_dataset()
+        condition = (ds.field("batch_id") >= first) & (ds.field("batch_id") <= last)
+        table: pa.Table = dataset.to_table(
+            columns=list(columns) if columns is not None else None, filter=condition
+        )
+        return table
+
     def commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
         """One Delta commit with the batch's files and ``txn(app_id, batch_id)``."""
         from deltalake.transaction import AddAction, CommitProperties, Transaction

@@ -553,6 +553,14 @@ class ParquetSink(Sink):
         ids, _, _ = _listing(self.location, COMMITS_DIR)
         return ids[-1] if ids else None
 
+    def read_batches(self, first: int, last: int, columns: Sequence[str] | None = None) -> pa.Table:
+        """The committed rows of batches ``first..last`` (by their ``batch_id`` column).
+
+        Files of other batches are not opened: a published file's name carries its batch id
+        (``part-<batch_id>-<n>``); compacted files mix batches and are filtered by row.
+        """
+        return read_batch_range(self.location, first, last, columns)
+
     def commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
         """Publish the batch's staged files atomically; ``False`` if it was committed already."""
         loc = self.location
@@ -702,6 +710,79 @@ def read_committed(
                 raise
             state = fresh
     raise AssertionError("unreachable")
+
+
+def file_batch_id(path: str) -> int | None:
+    """The batch id in a published file's name (``part-<batch_id:010d>-...``), else ``None``."""
+    name = path.rsplit("/", 1)[-1]
+    if name.startswith("part-") and name[5:15].isdigit():
+        return int(name[5:15])
+    return None
+
+
+def read_batch_range(
+    location: sfs.Location, first: int, last: int, columns: Sequence[str] | None = None
+) -> pa.Table:
+    """Committed rows of a dataset with ``first <= batch_id <= last`` (see ``read_batches``).
+
+    A short range is read from its batches' manifests alone (no listing of the whole commit
+    log, which grows with every batch); if compaction replaced one of their files, from the
+    dataset's full state.
+    """
+    if last - first < 16:
+        table = _read_from_manifests(location, first, last)
+        if table is not None:
+            return _select_batches(table, first, last, columns)
+    state = load_state(location)
+    wanted = {}
+    for path, live in state.files.items():
+        bid = file_batch_id(path)
+        if bid is None or first <= bid <= last:
+            wanted[path] = live
+    selected = DatasetState(
+        wanted, state.batches, state.compactions, state.schema, state.partition_by, []
+    )
+    return _select_batches(_read_files(location, selected), first, last, columns)
+
+
+def _select_batches(
+    table: pa.Table, first: int, last: int, columns: Sequence[str] | None
+) -> pa.Table:
+    if table.num_columns == 0:
+        return table
+    batch_ids = table.column("batch_id")
+    table = table.filter(
+        pc.and_(pc.greater_equal(batch_ids, first), pc.less_equal(batch_ids, last))
+    )
+    return table.select(list(columns)) if columns is not None else table
+
+
+def _read_from_manifests(location: sfs.Location, first: int, last: int) -> pa.Table | None:
+    """Rows of batches ``first..last`` from their done manifests; ``None`` if that is not
+    enough (a manifest not done, no schema recorded, or a file compacted away)."""
+    files: dict[str, LiveFile] = {}
+    schema: pa.Schema | None = None
+    partition_by: list[str] = []
+    for bid in range(max(first, 0), last + 1):
+        rel = f"{COMMITS_DIR}/{manifest_name(bid)}"
+        if not sfs.exists(location, location.join(rel.removesuffix(".json") + ".done")):
+            if sfs.exists(location, location.join(rel)):
+                return None  # committed but not published yet: the full path finishes it
+            continue  # no such batch
+        manifest = read_manifest(location, rel)
+        if not manifest.get("schema"):
+            return None
+        schema = decode_schema(manifest["schema"])
+        partition_by = list(manifest.get("partition_by", []))
+        for entry in manifest["files"]:
+            files[entry["final"]] = _live(entry)
+    if schema is None:
+        return None
+    state = DatasetState(files, [], [], schema, partition_by, [])
+    try:
+        return _read_files(location, state)
+    except OSError:
+        return None  # a file was compacted away: read from the full state
 
 
 def _read_files(location: sfs.Location, state: DatasetState) -> pa.Table:

@@ -1,0 +1,146 @@
+"""End to end: simulator -> broker -> session-table pipeline with materializations -> both outputs.
+
+Every materialization must equal the change log rebuilt up to its batch, and every session
+that ended must have an ``end`` materialization equal to its final ground-truth table.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pytest
+from tests.integration.materialize_support import check_materializations
+
+from inorder.dev.sim_model import FaultRates, SimulationConfig
+from inorder.dev.simulator import GroundTruth, simulate
+from inorder.pipeline.config import build_pipeline, validate
+from inorder.sessions.materializer import read_materialized
+from inorder.sessions.rebuild import read_changes
+
+EVERY = 2
+
+
+def config(bootstrap: str, prefix: str, work: Path, **pipeline: Any) -> dict[str, Any]:
+    return validate(
+        {
+            "pipeline": {
+                "name": "e2e-materialized",
+                "checkpoint": str(work / "checkpoint"),
+                "trigger": "available-now",
+                "progress": "quiet",
+                **pipeline,
+            },
+            "source": {
+                "bootstrap_servers": bootstrap,
+                "topic_pattern": f"{prefix}.*",
+                "max_offsets_per_trigger": 800,
+            },
+            "processor": {"type": "sessions"},
+            "sink": {"path": str(work / "output"), "partition_by": ["topic"]},
+            "materialized": {"every": EVERY, "path": str(work / "tables")},
+        }
+    )
+
+
+def simulation(prefix: str, seed: int, messages: int) -> SimulationConfig:
+    return SimulationConfig(
+        sites=2,
+        topic_prefix=prefix,
+        partitions=2,
+        sessions_per_site=15,
+        rows_per_snapshot=6,
+        messages=messages,
+        restart_every=60,
+        end_probability=0.02,
+        faults=FaultRates(drop=0.01, duplicate=0.01, swap=0.01, malformed=0.01),
+        faulty_sessions=0.2,
+        seed=seed,
+    )
+
+
+def check_outputs(work: Path, truth: GroundTruth) -> dict[str, int]:
+    changes = read_changes(str(work / "output"))
+    tables = read_changes(str(work / "tables"))
+    batches = int(pc.max(changes.column("batch_id")).as_py()) + 1
+    counts = check_materializations(changes, tables, batches, EVERY)
+    # Ended sessions: the last end materialization is their final ground-truth table.
+    ends = tables.filter(pc.equal(tables.column("reason"), "end"))
+    final = read_materialized(ends)
+    checked = 0
+    for s in truth.sessions.values():
+        if not s.ended or not s.table_exact or s.table is None:
+            continue
+        key = (s.topic, s.session)
+        assert key in final, f"{s.key} ended but has no end materialization"
+        assert final[key].rows == s.table, f"{s.key}: end materialization != ground truth"
+        checked += 1
+    counts["ended_checked"] = checked
+    counts["batches"] = batches
+    return counts
+
+
+def test_materializations_match_change_log_and_truth(
+    kafka: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from inorder.sessions.materializer import Materializer
+
+    reports: list[Any] = []
+    original = Materializer.after_commit
+
+    def recording(self: Materializer, batch_id: int) -> Any:
+        reports.append(original(self, batch_id))
+        return reports[-1]
+
+    monkeypatch.setattr(Materializer, "after_commit", recording)
+    prefix = f"mat-{random.randrange(10**9)}-"
+    result = simulate(simulation(prefix, seed=5, messages=3500), kafka.bootstrap_servers)
+    summary = build_pipeline(config(kafka.bootstrap_servers, prefix, tmp_path)).run()
+    assert summary.records == result.records
+    counts = check_outputs(tmp_path, result.ground_truth)
+    # Ran after every batch; each batch wrote its materializations once.
+    assert [r.batch_id for r in reports] == list(range(counts["batches"]))
+    assert all(r.committed == (r.sessions > 0) for r in reports)
+    assert [r.rebuilt for r in reports] == [True] + [False] * (len(reports) - 1)
+    assert counts["batches"] >= 5, counts
+    assert counts["ended_checked"] >= 10, counts
+    assert counts["periodic"] > 0 and counts["reset"] > 0, counts
+
+
+@pytest.mark.slow
+def test_kill_9_restarts_keep_materializations_exact(kafka: Any, tmp_path: Path) -> None:
+    prefix = f"matkill-{random.randrange(10**9)}-"
+    result = simulate(simulation(prefix, seed=6, messages=12000), kafka.bootstrap_servers)
+    cfg = config(kafka.bootstrap_servers, prefix, tmp_path, trigger="1 second")
+    cfg["source"]["max_offsets_per_trigger"] = 500
+    cfg["spark"]["master"] = "local[2]"
+    toml = tmp_path / "pipeline.toml"
+    from inorder.commands.run import dump_toml
+
+    toml.write_text(dump_toml(cfg))
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    command = [sys.executable, "-m", "inorder.cli", "run", str(toml), "--quiet"]
+    rng = random.Random(13)
+    for _ in range(3):
+        proc = subprocess.Popen(command, env=env, start_new_session=True, cwd=tmp_path)
+        time.sleep(rng.uniform(18, 30))
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM
+        proc.wait()
+    done = subprocess.run(
+        [*command, "--trigger", "available-now"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = check_outputs(tmp_path, result.ground_truth)
+    assert counts["ended_checked"] >= 10, counts
