@@ -1,7 +1,10 @@
 """End to end: simulator -> broker -> session-table pipeline -> Parquet, against baselines.
 
 Usage: python bench/e2e_throughput.py [--messages N] [--max-offsets M] [--runs R]
-       [--vanilla-runs V] [--write-docs]
+       [--vanilla-runs V] [--write-docs] [--inorder-only]
+
+``--inorder-only`` runs just the inorder pipeline and prints each run's rates and engine
+timings as JSON (for profiling, e.g. under ``py-spy record --subprocesses``).
 
 One backlog of simulated session traffic (3 sites x 4 partitions, no faults) is produced once;
 then, in the same process and the same run, each contender reads all of it from the start:
@@ -15,7 +18,7 @@ then, in the same process and the same run, each contender reads all of it from 
   pyarrow Parquet writer.
 
 "whole run" is messages / wall time of the query (Spark session already up; includes the
-first, empty batch and Python worker start-up); "steady" is records / ``triggerExecution``
+first batch and Python worker start-up); "steady" is records / ``triggerExecution``
 of the data batches after the first data batch. Medians of ``--runs`` runs.
 """
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import uuid
@@ -179,6 +183,23 @@ def inorder_run(
     )
     runner = PipelineRunner(pipeline, handle_signals=False)
     progress: dict[int, dict[str, Any]] = {}
+    reports: dict[int, Any] = {}
+    make_backend = runner._make_backend
+
+    def capturing_backend() -> Any:
+        # The runner drops a batch's report once printed: keep our own copy.
+        backend = make_backend()
+        run_batch = backend.run_batch
+
+        def run(df: Any, batch_id: int) -> Any:
+            report = run_batch(df, batch_id)
+            reports[batch_id] = report
+            return report
+
+        backend.run_batch = run
+        return backend
+
+    runner._make_backend = capturing_backend  # type: ignore[method-assign]
     report = runner._report_progress
 
     def capture(query: Any, printed: set[int], summary: Any) -> None:
@@ -191,13 +212,13 @@ def inorder_run(
     started = time.perf_counter()
     summary = runner.run()
     wall = time.perf_counter() - started
-    records = sum(int(r.records) for r in runner._reports.values())
+    records = sum(int(r.records) for r in reports.values())
     assert records == total, f"inorder read {records} records, expected {total}"
     timings: dict[str, float] = {}
-    for rep in runner._reports.values():
+    for rep in reports.values():
         for part in rep.partitions:
             for k, v in part.timings.items():
-                if k != "cache_hit":
+                if k not in ("cache_hit", "cache_reused", "caught_up"):
                     timings[k] = timings.get(k, 0.0) + v
     batches = [progress[b] for b in sorted(progress)]
     return {
@@ -243,6 +264,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--vanilla-runs", type=int, default=1)
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument(
+        "--inorder-only",
+        action="store_true",
+        help="run only the inorder pipeline (for profiling); prints its rates, no table",
+    )
     args = parser.parse_args()
     common.setup_env()
     from inorder.pipeline.spark import build_spark_session
@@ -257,6 +283,14 @@ def main() -> int:
         tps = topic_partitions(bootstrap, prefix)
         spark = build_spark_session("local[2]", "bench", local_dir=tmp)
         res: dict[str, list[Any]] = {"raw": [], "inorder": [], "vanilla": [], "pure": []}
+        loads: list[float] = []
+        runs_text: list[str] = []
+        if args.inorder_only:
+            for _ in range(args.runs):
+                r = inorder_run(bootstrap, prefix, tmp, total, args.max_offsets)
+                print(json.dumps(r), flush=True)
+            spark.stop()
+            return 0
         for run in range(args.runs):
             res["raw"].append(raw_rate(bootstrap, tps, total))
             res["inorder"].append(inorder_run(bootstrap, prefix, tmp, total, args.max_offsets))
@@ -269,6 +303,13 @@ def main() -> int:
                 )
             i = res["inorder"][-1]
             v = res["vanilla"][-1] if run < args.vanilla_runs else None
+            loads.append(os.getloadavg()[0])
+            runs_text.append(
+                f"run {run + 1} (load {loads[-1]:.1f}): raw {res['raw'][-1]:,.0f}, inorder "
+                f"{i['whole']:,.0f} / {i['steady']:,.0f} steady"
+                + (f", vanilla {v['whole']:,.0f} / {v['steady']:,.0f} steady" if v else "")
+                + f", pure Python {res['pure'][-1]:,.0f}"
+            )
             print(
                 f"run {run + 1}: raw {res['raw'][-1]:,.0f}/s  inorder {i['whole']:,.0f}/s "
                 f"(steady {i['steady']:,.0f}/s, {i['batches']} batches, "
@@ -321,9 +362,10 @@ def main() -> int:
         f"Backlog: {total:,} simulated session messages (3 topics x 4 partitions, 120 sessions), "
         f"`maxOffsetsPerTrigger` {args.max_offsets:,}, Spark local[2], Trigger.AvailableNow. "
         "Whole run: messages / wall time of the query (Spark session already up; includes the "
-        "empty first batch and Python worker start-up). Steady: records / trigger time of the "
+        "first batch and Python worker start-up). Steady: records / trigger time of the "
         'data batches after the first one. Medians of the runs. "vs" is inorder\'s rate over '
-        "the contender's.\n\n"
+        "the contender's. Both Spark pipelines run in the same session, so the vanilla one "
+        "also gets inorder's Python worker daemon (PySpark preloaded in workers).\n\n"
         + common.table(
             ["contender", "whole run msg/s", "steady msg/s", "of raw", "inorder vs", "runs"],
             rows,
@@ -338,7 +380,9 @@ def main() -> int:
         )
     )
     text += (
-        "\n\nTask seconds per run, summed over the 12 topic-partition tasks (2 cores): "
+        "\n\nPer run (msg/s, whole / steady; 1-minute load average after the run): "
+        + "; ".join(runs_text)
+        + ".\n\nEngine seconds per run, summed over the 12 topic-partitions (2 cores): "
         + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(secs.items()))
         + ".\n"
     )

@@ -87,6 +87,47 @@ def test_plan_has_no_exchange(spark: Any, tmp_path: Path) -> None:
     assert "MapInArrow" in plan or "PythonMapInArrow" in plan
 
 
+def test_partitions_are_coalesced_into_one_task_per_core(spark: Any, tmp_path: Path) -> None:
+    batches = [
+        [record(o, "abc"[o % 3], v=o, t=float(o), partition=p) for p in range(6) for o in range(5)],
+        [
+            record(o, "abc"[o % 2], v=o, t=float(o), partition=p)
+            for p in range(6)
+            for o in range(5, 9)
+        ],
+    ]
+    tps = _tps(batches)
+    backend = make_backend(tmp_path)
+    df = records_dataframe(spark, batches[0], tps)
+    cores = spark.sparkContext.defaultParallelism
+    assert backend.plan(df, 0).rdd.getNumPartitions() == min(cores, 6) < 6
+    reports = [
+        backend.run_batch(records_dataframe(spark, b, tps), i) for i, b in enumerate(batches)
+    ]
+    assert [len(r.partitions) for r in reports] == [6, 6]
+    ref = ReferenceRunner(Tallier(), MsgCodec(), Integrity.strict())
+    for i, b in enumerate(batches):
+        ref.run_batch(b, i, _time(backend, i), tps)
+    assert as_comparable(read_output(tmp_path / "out")) == as_comparable(ref.result.rows)
+    one_per_partition = make_backend(tmp_path / "uncoalesced")
+    one_per_partition.max_tasks = 0
+    assert one_per_partition.plan(df, 0).rdd.getNumPartitions() == 6
+
+
+def test_python_workers_are_forked_from_the_preloading_daemon(spark: Any) -> None:
+    import sys
+
+    def probe(_: int) -> tuple[str | None, bool]:
+        main = sys.modules["__main__"]
+        spec = getattr(main, "__spec__", None)
+        # Nothing in this function imports them: they were loaded before the fork.
+        preloaded = "pyarrow" in sys.modules and "inorder.engine.task" in sys.modules
+        return (getattr(spec, "name", None), preloaded)
+
+    got = spark.sparkContext.parallelize([0, 1], 2).map(probe).collect()
+    assert got == [("inorder._daemon", True)] * 2
+
+
 def test_fail_policy_raises_before_commit(spark: Any, tmp_path: Path) -> None:
     backend = make_backend(tmp_path)
     records = [record(0, "a", v=1), record(1, "a", v=9, op="bad"), record(2, "a")]
@@ -234,3 +275,23 @@ def test_local_cluster_tasks_on_separate_executors(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1].startswith("OK")
+
+
+def test_daemon_module_default_respects_user_conf_and_interpreters(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sys
+
+    from inorder.pipeline.spark import daemon_module_default
+
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    assert daemon_module_default("local[2]", {}) == "inorder._daemon"
+    assert daemon_module_default("spark://127.0.0.1:7077", {}) == "inorder._daemon"
+    # The user's choice wins; a package shipped as py-files is not on the daemon's path.
+    assert daemon_module_default("local[2]", {"spark.python.daemon.module": "x"}) is None
+    assert daemon_module_default("local[2]", {"spark.submit.pyFiles": "inorder.zip"}) is None
+    # Local executors running an interpreter without inorder keep PySpark's daemon.
+    bare = tmp_path / "bare-python"
+    bare.write_text('#!/bin/sh\nexec /usr/bin/env -i /bin/false "$@"\n')
+    bare.chmod(0o755)
+    assert daemon_module_default("local[2]", {"spark.pyspark.python": str(bare)}) is None

@@ -180,3 +180,124 @@ def test_timer_index_orders_any_deadline(tmp_path: Path, ts: int | None) -> None
         expected = sorted([(0, "b")] + ([] if ts is None else [(ts, "a")]))
         assert view.timers_after(1, None, 10) == expected
         assert view.timers_after(0, None, 10) == []
+
+
+# -- caches kept open between batches ----------------------------------------------------------
+
+_OTHER_PROCESS = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from tests.integration.test_state_store import Harness, entry
+from inorder.state.entry import PartitionMeta
+h = Harness(sys.argv[2], __import__("pathlib").Path(sys.argv[3]))
+mode, batch = sys.argv[4], int(sys.argv[5])
+store = h.store()
+store.open(batch)
+if mode == "commit":
+    store.commit({"b": entry(batch)}, PartitionMeta(batch * 10, None))
+    store.close()
+    print("slot", store.stats.cache_hit, flush=True)
+else:  # hold the cache open until killed
+    print("holding", flush=True)
+    time.sleep(600)
+"""
+
+
+def _other_process(h: Harness, cache: Path, mode: str, batch: int) -> Any:
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parents[2])
+    args = [sys.executable, "-c", _OTHER_PROCESS, root, h.checkpoint.root, str(cache), mode]
+    return subprocess.Popen([*args, str(batch)], stdout=subprocess.PIPE, text=True, cwd=root)
+
+
+def test_cache_stays_open_in_the_process_between_batches(tmp_path: Path) -> None:
+    from inorder.state.registry import REGISTRY
+
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache")
+    first = h.batch(0, {"a": entry(1)}, 1)
+    assert not first.stats.reused_handle
+    assert any(p.startswith(str(tmp_path / "cache")) for p in REGISTRY.held_paths())
+    second = h.batch(1, {"b": entry(2)}, 2)
+    assert second.stats.reused_handle and second.stats.cache_hit
+    found, meta, store = h.state(2)
+    assert store.stats.reused_handle and store.stats.cache_hit
+    assert set(found) == {"a", "b"} and meta.last_offset == 2
+    # keep_open=0: closed after each task, nothing held.
+    closing = Harness(str(tmp_path / "ckpt2"), tmp_path / "cache2")
+    closing.options = StateOptions(cache_dir=str(tmp_path / "cache2"), keep_open=0)
+    closing.batch(0, {"a": entry(1)}, 1)
+    assert not any(p.startswith(str(tmp_path / "cache2")) for p in REGISTRY.held_paths())
+    assert closing.state(1)[2].stats.cache_hit  # the cache on disk is still current
+
+
+def test_partition_moving_to_another_process_and_back_catches_up(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    h = Harness(str(tmp_path / "ckpt"), cache, interval=100)
+    h.batch(0, {"a": entry(1)}, 1)
+    h.batch(1, {"a": entry(2)}, 2)
+    # Batch 2 runs in another worker process: this one holds slot 0, so it takes slot 1.
+    proc = _other_process(h, cache, "commit", 2)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.strip() == "slot False"
+    assert [p.name for p in cache.glob("*/orders-3@*") if p.is_dir()] == ["orders-3@1"]
+    # Back here for batch 3: this process's handle is at version 1 and applies delta 2 only.
+    found, meta, store = h.state(3)
+    assert store.stats.reused_handle and not store.stats.cache_hit
+    assert store.stats.caught_up == 1
+    assert found == {"a": (Tally(2, 20, [2]), 2, None), "b": (Tally(2, 20, [2]), 2, None)}
+    assert meta.last_offset == 20
+    h.batch(3, {"c": entry(3)}, 30)
+    found, _, store = h.state(4)
+    assert store.stats.cache_hit and set(found) == {"a", "b", "c"}
+
+
+def test_kept_cache_whose_version_was_cleaned_up_is_rebuilt(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    h = Harness(str(tmp_path / "ckpt"), cache, interval=2, retain=0)
+    h.batch(0, {"a": entry(0)}, 0)  # this process's cache: version 0
+    # Other caches advance the checkpoint far enough that version 0 is deleted.
+    for b in range(1, 6):
+        Harness(h.checkpoint.root, tmp_path / f"elsewhere-{b}", interval=2, retain=0).batch(
+            b, {"a": entry(b)}, b
+        )
+    assert not (tmp_path / "ckpt/state/orders/3" / f"{0:020d}.delta.parquet").exists()
+    found, meta, store = h.state(6)
+    assert store.stats.reused_handle and not store.stats.cache_hit
+    assert store.stats.caught_up == 0 and store.stats.rebuilt_keys > 0
+    assert found["a"][0] == Tally(5, 50, [5]) and meta.last_offset == 5
+
+
+def test_cache_of_a_killed_process_is_reused(tmp_path: Path) -> None:
+    import signal
+
+    from inorder.state.registry import REGISTRY
+
+    cache = tmp_path / "cache"
+    h = Harness(str(tmp_path / "ckpt"), cache)
+    h.batch(0, {"a": entry(1)}, 1)
+    REGISTRY.close_all()  # as if this process had ended: the slot is free
+    proc = _other_process(h, cache, "hold", 1)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+    busy, _, store = h.state(1)  # slot 0 is locked by the other process
+    assert store.stats.cache_hit is False and busy["a"][0] == Tally(1, 10, [1])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    REGISTRY.close_all()
+    found, _, store = h.state(1)  # the kernel released the dead process's locks
+    assert store.stats.cache_hit and found["a"][0] == Tally(1, 10, [1])
+    assert any(p.endswith("/orders-3") and p.startswith(str(cache)) for p in REGISTRY.held_paths())
+
+
+def test_cache_directory_removed_under_an_open_handle_is_not_trusted(tmp_path: Path) -> None:
+    import shutil
+
+    cache = tmp_path / "cache"
+    h = Harness(str(tmp_path / "ckpt"), cache)
+    h.batch(0, {"a": entry(1)}, 1)
+    shutil.rmtree(cache)  # e.g. the temp directory cleaned while the worker lives
+    found, _, store = h.state(1)
+    assert not store.stats.reused_handle and not store.stats.cache_hit
+    assert found["a"][0] == Tally(1, 10, [1])
+    assert [p.name for p in cache.glob("*/orders-3*") if p.is_dir()] == ["orders-3"]

@@ -4,10 +4,12 @@ Per micro-batch ``B`` (:meth:`PartitionBackend.run_batch`), on the driver:
 
 1. The batch's processing time is read from ``<checkpoint>/batches/B.json`` or recorded
    there: a re-run of ``B`` after a crash sees the same time, hence the same timeouts.
-2. ONE Spark action, ``df.mapInArrow(task)`` + ``collect``: one task per topic-partition
-   (the source plans them so; no Exchange in the plan) loads the partition's state as of
-   ``B-1``, applies the records in offset order, stages output files, writes the state delta
-   of ``B`` and returns a small result row.
+2. ONE Spark action, ``df.mapInArrow(task)`` + ``collect``: the source plans one input
+   partition per topic-partition; they are coalesced (no shuffle, no Exchange in the plan)
+   into at most one task per core of the cluster, each applying its topic-partitions one
+   after the other. Per topic-partition the task loads the state as of ``B-1``, applies the
+   records in offset order, stages output files, writes the state delta of ``B`` and
+   returns a small result row.
 3. A ``fail``-policy violation anywhere raises :class:`~inorder.errors.IntegrityError`
    before anything is committed. Otherwise the dead-letter sink and then the sink commit
    batch ``B``. The sink's commit is the batch's commit point: a batch already committed
@@ -124,8 +126,12 @@ class PartitionBackend:
         dead_letter_sink: Sink | None = None,
         state_options: StateOptions | None = None,
         storage_options: dict[str, str] | None = None,
+        max_tasks: int | None = None,
     ) -> None:
         self.processor = processor
+        #: Tasks per micro-batch at most (``None``: the cluster's cores, Spark's default
+        #: parallelism; 0: one task per topic-partition).
+        self.max_tasks = max_tasks
         self.codec = codec
         self.integrity = integrity
         self.checkpoint = CheckpointStore(checkpoint, storage_options)
@@ -199,7 +205,23 @@ class PartitionBackend:
     def plan(self, df: Any, batch_id: int) -> Any:
         """The DataFrame of result rows for ``df`` (no action run)."""
         projected = df.selectExpr(*INPUT_EXPRS)
+        tasks = self._task_count(df)
+        if tasks:
+            # Each task has a fixed cost (a Python worker round trip for the source's read and
+            # for the engine, a Kafka consumer, state open/commit): with many small partitions
+            # that dominated a micro-batch. More tasks than cores cannot run at once anyway.
+            # Coalescing concatenates whole input partitions, in order: no shuffle, and each
+            # topic-partition's records stay in offset order within one task.
+            projected = projected.coalesce(tasks)
         return projected.mapInArrow(functools.partial(_task, self.spec(batch_id)), RESULT_DDL)
+
+    def _task_count(self, df: Any) -> int:
+        if self.max_tasks is not None:
+            return max(self.max_tasks, 0)
+        try:
+            return max(int(df.sparkSession.sparkContext.defaultParallelism), 1)
+        except Exception:  # e.g. Spark Connect: no SparkContext; keep one task per partition
+            return 0
 
     def run_tasks(self, df: Any, batch_id: int) -> list[dict[str, Any]]:
         """Run the batch's tasks (state and staged files written), commit nothing."""

@@ -221,6 +221,8 @@ class _PartitionWork:
         state_keys = self.store.key_count()
         self.timings["store_load"] = self.store.stats.load_seconds
         self.timings["cache_hit"] = float(self.store.stats.cache_hit)
+        self.timings["cache_reused"] = float(self.store.stats.reused_handle)
+        self.timings["caught_up"] = float(self.store.stats.caught_up)
         self.store.close()
         return task_result(
             self.tp, applier, self.output_rows, files, dl_files, state_keys, self.timings, failed
@@ -379,13 +381,22 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     encoder = RowEncoder(spec.out_type)
     state_codec = StateCodec(spec.state_type)
     work: dict[TopicPartition, _PartitionWork] = {}
+    # Time spent waiting for input (the source's read and Spark moving the rows), charged to
+    # the topic-partition of the batch that arrived: it shows where a batch's time goes.
+    waited = 0.0
+    asked = time.perf_counter()
     for batch in batches:
+        waited += time.perf_counter() - asked
         if batch.num_rows == 0:
+            asked = time.perf_counter()
             continue
         for tp, run in _runs(batch):
             part = work.get(tp)
             if part is None:
                 part = work[tp] = _PartitionWork(spec, tp, encoder, state_codec)
+            if waited:
+                part.timings["input_wait"] = part.timings.get("input_wait", 0.0) + waited
+                waited = 0.0
             markers = _marker_rows(run)
             if markers == [0]:
                 run = run.slice(1)
@@ -399,6 +410,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             part.applier.apply(_record_tuples(run))
             part.timings["apply"] = part.timings.get("apply", 0.0) + time.perf_counter() - started
             part.flush()
+        asked = time.perf_counter()
     results = [work[tp].finish() for tp in sorted(work)]
     del work
     freeze_worker_heap()

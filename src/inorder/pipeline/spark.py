@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +21,11 @@ def build_spark_session(
 
     Sets ``PYSPARK_PYTHON`` to this interpreter unless already set: workers that start another
     python (without pyarrow) fail with nothing but "Python worker failed to connect back".
+
+    Python workers are forked from inorder's daemon (``spark.python.daemon.module`` =
+    ``inorder._daemon``, see :func:`daemon_module_default`), which imports PySpark, pyarrow
+    and inorder's engine once instead of in every new worker. ``conf`` overrides every
+    default here, that one included (``pyspark.daemon`` is PySpark's own).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -48,6 +55,9 @@ def build_spark_session(
         )
         .config("spark.sql.streaming.stateStore.encodingFormat", "avro")
     )
+    daemon = daemon_module_default(master, conf or {})
+    if daemon is not None:
+        builder = builder.config(DAEMON_MODULE_KEY, daemon)
     if local_dir:
         builder = builder.config("spark.local.dir", local_dir)
     for key, value in (conf or {}).items():
@@ -56,6 +66,54 @@ def build_spark_session(
     session.sparkContext.setLogLevel("ERROR")
     _register_sources(session)
     return session
+
+
+DAEMON_MODULE_KEY = "spark.python.daemon.module"
+
+#: The worker daemon module inorder sets by default.
+INORDER_DAEMON = "inorder._daemon"
+
+
+def daemon_module_default(master: str, conf: Mapping[str, str]) -> str | None:
+    """The daemon module to set, or ``None`` to leave Spark's default (``pyspark.daemon``).
+
+    Spark starts the daemon as ``<executor python> -m <module>`` before any task runs, so
+    the module must be importable by the executors' interpreter, not merely shipped with the
+    job. It is not set when ``conf`` already names one, when the package is shipped as
+    ``--py-files``/``spark.submit.pyFiles`` (not on the daemon's path), or, on a local
+    master (executors on this machine), when the executors' python is another interpreter
+    that cannot import it. Executors of remote clusters run inorder's code anyway (its data
+    source and engine), so there the package is assumed installed (the environment archive
+    or an image); ``spark.python.daemon.module=pyspark.daemon`` turns it off.
+    """
+    if DAEMON_MODULE_KEY in conf or conf.get("spark.submit.pyFiles"):
+        return None
+    if master.startswith("local"):
+        python = conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+        if python and not _python_imports_daemon(python):
+            return None
+    return INORDER_DAEMON
+
+
+@functools.lru_cache(maxsize=8)
+def _python_imports_daemon(python: str) -> bool:
+    """Whether ``python`` can import the daemon module (this interpreter: yes)."""
+    try:
+        if os.path.realpath(python) == os.path.realpath(sys.executable):
+            return True
+        done = subprocess.run(
+            [
+                python,
+                "-c",
+                f"import importlib.util as u; u.find_spec({INORDER_DAEMON!r}) or exit(1)",
+            ],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 def _register_sources(session: Any) -> None:

@@ -45,6 +45,25 @@ def timer_key(kind: int, deadline: int, key: str) -> bytes:
     return _TIMER + bytes((kind,)) + (deadline + _BIAS).to_bytes(8, "big") + key.encode()
 
 
+#: Memtable size of one cache.
+_WRITE_BUFFER_BYTES = 4 << 20
+#: Block cache shared by all caches of one process.
+_BLOCK_CACHE_BYTES = 32 << 20
+_shared_block_cache: tuple[int, Any] | None = None
+
+
+def _table_options() -> Any:
+    """Table options using this process's shared block cache (made after a fork, not before)."""
+    global _shared_block_cache
+    from rocksdict import BlockBasedOptions, Cache
+
+    if _shared_block_cache is None or _shared_block_cache[0] != os.getpid():
+        _shared_block_cache = (os.getpid(), Cache(_BLOCK_CACHE_BYTES))
+    table = BlockBasedOptions()
+    table.set_block_cache(_shared_block_cache[1])
+    return table
+
+
 class CacheBusy(Exception):
     """Another process holds this cache (e.g. a concurrent attempt of the same task)."""
 
@@ -59,6 +78,14 @@ class LocalCache:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
+        # Every open rotates RocksDB's info log; without a limit old logs pile up per open.
+        options.set_keep_log_file_num(2)
+        # A worker keeps many caches open between batches (state/registry.py): bound what each
+        # holds in memory. Unflushed writes: at most 2 x 4 MiB per cache (RocksDB's default
+        # is 64 MiB each); read blocks: one LRU cache shared by the process's caches.
+        options.set_write_buffer_size(_WRITE_BUFFER_BYTES)
+        options.set_max_write_buffer_number(2)
+        options.set_block_based_table_factory(_table_options())
         try:
             self._db: Any = Rdict(path, options)
         except Exception as exc:

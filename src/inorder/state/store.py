@@ -5,8 +5,12 @@ Batch ``B`` of a topic-partition:
 1. :meth:`PartitionStore.open` finds the newest version ``V < B`` in the checkpoint (files at
    or above ``B`` come from an attempt that was never committed: they are ignored, those above
    ``B`` deleted). If the local cache holds exactly ``V`` of this checkpoint (same epoch) it
-   is used as is; otherwise it is rebuilt from the newest snapshot ``<= V`` plus the deltas
-   after it.
+   is used as is; if it holds an older version ``C`` whose file is still in the checkpoint,
+   the deltas after ``C`` up to ``V`` are applied to it (the same files a rebuild would end
+   with); otherwise it is rebuilt from the newest snapshot ``<= V`` plus the deltas after it.
+   The cache's handle stays open in the worker process between batches
+   (:mod:`inorder.state.registry`); a partition whose task moves to another process uses
+   that process's copy, brought up to date the same way.
 2. The engine reads keys through :class:`CacheView` (only touched keys become Python objects).
 3. :meth:`PartitionStore.commit` writes the delta of ``B`` (changed keys: upserts with the
    state's codec bytes and timer, deletes as tombstones) atomically to the checkpoint, then
@@ -18,18 +22,17 @@ Writing ``B`` again (a re-run after a crash) rewrites the same file with the sam
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
-import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from inorder.records import TopicPartition
-from inorder.state.cache import CacheBusy, LocalCache, Row, entry_row
+from inorder.state.cache import LocalCache, Row, entry_row
 from inorder.state.checkpoint import (
     META_KEY,
     STATE_FILE_SCHEMA,
@@ -38,6 +41,7 @@ from inorder.state.checkpoint import (
     file_meta,
 )
 from inorder.state.entry import KeyEntry, PartitionMeta
+from inorder.state.registry import REGISTRY, HeldCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +50,15 @@ class StateOptions:
 
     ``snapshot_interval``: write a full snapshot after this many deltas. ``retain_versions``:
     keep this many versions before the newest snapshot (for rollback tools). ``cache_dir``:
-    where worker caches live (default: ``$TMPDIR/inorder-state-cache``).
+    where worker caches live (default: ``$TMPDIR/inorder-state-cache``). ``keep_open``: how
+    many topic-partition caches a worker process keeps open between batches (least recently
+    used closed first; 0 closes each cache after its task).
     """
 
     snapshot_interval: int = 20
     retain_versions: int = 20
     cache_dir: str | None = None
+    keep_open: int = 32
 
 
 @dataclass(slots=True)
@@ -59,6 +66,8 @@ class StoreStats:
     """What opening and committing cost, for the batch report."""
 
     cache_hit: bool = False
+    caught_up: int = 0
+    reused_handle: bool = False
     rebuilt_keys: int = 0
     load_seconds: float = 0.0
     changed_keys: int = 0
@@ -162,8 +171,7 @@ class PartitionStore:
         self.options = options or StateOptions()
         self.stats = StoreStats()
         self._cache: LocalCache | None = None
-        self._lock_fd: int | None = None
-        self._private_dir: str | None = None
+        self._held: HeldCache | None = None
         self._versions: list[VersionFile] = []
         self._batch_id = -1
 
@@ -175,27 +183,17 @@ class PartitionStore:
         return os.path.join(root, digest, f"{self.tp.topic}-{self.tp.partition}")
 
     def _open_cache(self) -> LocalCache:
-        path = self._cache_path()
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        # A file lock serialises attempts of the same task on one worker; RocksDB's own lock
-        # would make the second fail. A busy cache is not waited for: a private one is built.
-        fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self._lock_fd = fd
-            return LocalCache(path)
-        except (BlockingIOError, CacheBusy):
-            os.close(fd)
-            self._lock_fd = None
-            self._private_dir = tempfile.mkdtemp(prefix="inorder-cache-")
-            return LocalCache(os.path.join(self._private_dir, "db"))
+        # A slot held by another process (or by another store of this one, e.g. a concurrent
+        # attempt of the same task) is not waited for: the next free slot is used.
+        held = REGISTRY.acquire(self._cache_path(), self.options.keep_open)
+        self._held = held
+        self.stats.reused_handle = held.reused
+        return held.cache
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def open(self, batch_id: int) -> tuple[CacheView, PartitionMeta]:
         """Make the cache hold the state before ``batch_id``; return a view and the meta."""
-        import time
-
         started = time.perf_counter()
         self._batch_id = batch_id
         versions = self.checkpoint.versions(self.tp)
@@ -204,16 +202,39 @@ class PartitionStore:
                 self.checkpoint.delete(f.path)
         self._versions = [f for f in versions if f.version < batch_id]
         current = self._versions[-1].version if self._versions else -1
+        if self._cache is not None:  # opened again: release the previous handle first
+            self._release()
         cache = self._open_cache()
         self._cache = cache
-        header = cache.header()
-        if header.get("epoch") == self.epoch and header.get("version") == current:
-            self.stats.cache_hit = True
-            meta = PartitionMeta.from_json(header.get("meta") or {})
-        else:
-            meta = self._rebuild(cache, current)
+        try:
+            header = cache.header()
+            have = header.get("version")
+            same_epoch = header.get("epoch") == self.epoch
+            if same_epoch and have == current:
+                self.stats.cache_hit = True
+                meta = PartitionMeta.from_json(header.get("meta") or {})
+            elif same_epoch and isinstance(have, int) and have < current and self._has(have):
+                meta = self._catch_up(cache, have, current, header.get("meta") or {})
+            else:
+                meta = self._rebuild(cache, current)
+        except BaseException:
+            self._discard()
+            raise
         self.stats.load_seconds = time.perf_counter() - started
         return CacheView(cache, self.state_codec), meta
+
+    def _has(self, version: int) -> bool:
+        # Cleanup deletes the oldest versions and open() the newest ones, so while the
+        # cache's own version is still in the checkpoint, every file after it is too.
+        return any(f.version == version for f in self._versions)
+
+    def _catch_up(
+        self, cache: LocalCache, have: int, current: int, meta_json: dict[str, Any]
+    ) -> PartitionMeta:
+        """Apply the deltas after ``have`` (the cache's version) up to ``current``."""
+        files = [f for f in self._versions if f.kind == "delta" and have < f.version <= current]
+        self.stats.caught_up = len(files)
+        return self._apply(cache, files, current, meta_json, fresh=False)
 
     def _rebuild(self, cache: LocalCache, current: int) -> PartitionMeta:
         cache.clear()
@@ -223,8 +244,18 @@ class PartitionStore:
         files = ([snapshots[-1]] if snapshots else []) + [
             f for f in chain if f.kind == "delta" and f.version > start
         ]
-        meta_json: dict[str, Any] = {}
-        fresh = True
+        return self._apply(cache, files, current, {}, fresh=True)
+
+    def _apply(
+        self,
+        cache: LocalCache,
+        files: list[VersionFile],
+        current: int,
+        meta_json: dict[str, Any],
+        *,
+        fresh: bool,
+    ) -> PartitionMeta:
+        """Write ``files`` into the cache in order, then mark it as holding ``current``."""
         for f in files:
             table = self.checkpoint.read_table(f.path)
             upserts, deletes = _rows_of_table(table)
@@ -242,8 +273,6 @@ class PartitionStore:
 
     def commit(self, changes: dict[str, KeyEntry | None], meta: PartitionMeta) -> None:
         """Write the delta of this batch (and maybe a snapshot), then move the cache to it."""
-        import time
-
         started = time.perf_counter()
         assert self._cache is not None, "open() first"
         encode = self.state_codec.encode
@@ -295,16 +324,22 @@ class PartitionStore:
         return int(self._cache.header().get("keys", 0))
 
     def close(self) -> None:
-        """Release the cache."""
-        if self._cache is not None:
-            self._cache.close()
-            self._cache = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-        if self._private_dir is not None:
-            shutil.rmtree(self._private_dir, ignore_errors=True)
-            self._private_dir = None
+        """Release the cache (it stays open in this process for the partition's next task)."""
+        self._release()
+
+    def _release(self) -> None:
+        if self._held is not None:
+            REGISTRY.release(self._held, self.options.keep_open)
+        self._held = None
+        self._cache = None
+
+    def _discard(self) -> None:
+        # A failure while loading leaves the cache at some version its header names, which
+        # is consistent; it is closed anyway rather than trusted to a later task.
+        if self._held is not None:
+            REGISTRY.discard(self._held)
+        self._held = None
+        self._cache = None
 
     def __enter__(self) -> PartitionStore:
         return self
