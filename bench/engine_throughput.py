@@ -1,5 +1,8 @@
 """Engine throughput: the partition backend vs Spark's applyInPandasWithState vs plain Python.
 
+Also the Spark backend (``transformWithState``), against the partition backend on the same
+batch size in the same run.
+
 Run: ``.venv/bin/python bench/engine_throughput.py [--records N] [--runs R]``
 
 All three do the same per-key work (count and sum a value per key, 10k keys) over the same
@@ -165,11 +168,17 @@ def bench_partition_backend(spark: Any, per_partition: int, runs: int, tmp: str)
 def bench_spark_backend(
     spark: Any, per_partition: int, runs: int, tmp: str, key_groups: int = 4
 ) -> list[float]:
-    """records/s of SparkBackend.run_batch (key groups through a shuffle), per timed batch."""
+    """records/s of the Spark backend's streaming query (route, transformWithState, commit).
+
+    The query runs over a replay source (``inorder.engine.tws_replay``); a batch is timed
+    from its release to the end of its ``foreachBatch`` (reading, routing, the shuffle, the
+    keyed stage with Spark's RocksDB state, the commit).
+    """
     from inorder.engine.spark_backend import SparkBackend
+    from inorder.engine.tws_replay import ReplayRun
     from inorder.integrity import Integrity
+    from inorder.records import TopicPartition
     from inorder.sinks.parquet import ParquetSink
-    from inorder.state.store import StateOptions
 
     backend = SparkBackend(
         CountSum(),
@@ -177,20 +186,29 @@ def bench_spark_backend(
         Integrity.strict(),
         checkpoint=os.path.join(tmp, "spark-ckpt"),
         sink=ParquetSink(os.path.join(tmp, "spark-out")),
-        state_options=StateOptions(cache_dir=os.path.join(tmp, "spark-cache")),
         key_groups=key_groups,
         shuffle_partitions=key_groups,
     )
     backend.check()
+    tps = [TopicPartition("bench", p) for p in range(PARTITIONS)]
+    run = ReplayRun(spark, backend, os.path.join(tmp, "spark-run"), tps)
     rates = []
-    for batch_id in range(runs + 1):  # batch 0 warms up the Python workers
-        df = synthetic_df(spark, batch_id * per_partition, per_partition)
-        started = time.perf_counter()
-        report = backend.run_batch(df, batch_id)
-        elapsed = time.perf_counter() - started
-        assert report.records == per_partition * PARTITIONS, report
-        if batch_id > 0:
-            rates.append(report.records / elapsed)
+    try:
+        for batch_id in range(runs + 1):  # batch 0 warms up the Python workers
+            table = pa.Table.from_batches(
+                [
+                    partition_batch(p, batch_id * per_partition, per_partition)
+                    for p in range(PARTITIONS)
+                ]
+            )
+            started = time.perf_counter()
+            report = run.step(table)
+            elapsed = time.perf_counter() - started
+            assert report.records == per_partition * PARTITIONS, report
+            if batch_id > 0:
+                rates.append(report.records / elapsed)
+    finally:
+        run.stop()
     return rates
 
 
@@ -351,11 +369,18 @@ def main() -> int:
         default=250_000,
         help="records per topic-partition per batch for the Spark backend (0: skip it)",
     )
+    parser.add_argument(
+        "--backends-only",
+        action="store_true",
+        help="only the partition backend vs the Spark backend (--spark-backend-records each)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     cloudpickle_by_value()
     tmp = tempfile.mkdtemp(prefix="inorder-bench-")
     try:
+        if args.backends_only:
+            return bench_backends(args.spark_backend_records, args.runs, tmp)
         py = statistics.median(bench_pure_python(args.records, args.runs))
         print(f"pure-python loop (1 process):  {py:>12,.0f} rec/s", flush=True)
         state = bench_state(args.state_keys, 1000, args.runs, tmp)
@@ -374,16 +399,36 @@ def main() -> int:
         ours = statistics.median(bench_partition_backend(spark, args.records, args.runs, tmp))
         print(f"partition backend (local[2]):  {ours:>12,.0f} rec/s", flush=True)
         if args.spark_backend_records > 0:
-            keyed = statistics.median(
-                bench_spark_backend(spark, args.spark_backend_records, args.runs, tmp)
+            n = args.spark_backend_records
+            same = statistics.median(
+                bench_partition_backend(spark, n, args.runs, os.path.join(tmp, "same"))
             )
-            print(f"spark backend (local[2], 4 key groups): {keyed:>12,.0f} rec/s", flush=True)
+            print(f"partition backend, {n:,}/partition: {same:>12,.0f} rec/s", flush=True)
+            keyed = statistics.median(bench_spark_backend(spark, n, args.runs, tmp))
+            print(
+                f"spark backend (transformWithState, 4 key groups): {keyed:>12,.0f} rec/s "
+                f"({keyed / same:.2f}x the partition backend)",
+                flush=True,
+            )
         base = statistics.median(bench_vanilla(spark, args.vanilla_records, args.runs, tmp))
         print(f"applyInPandasWithState:        {base:>12,.0f} rec/s", flush=True)
         print(f"ratio backend/baseline: {ours / base:.1f}x; backend/pure-python: {ours / py:.2f}x")
         spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def bench_backends(n: int, runs: int, tmp: str) -> int:
+    """The partition backend and the Spark backend on the same batches, same session."""
+    from inorder.pipeline.spark import build_spark_session
+
+    spark = build_spark_session("local[2]", "inorder-bench", local_dir=tmp)
+    same = bench_partition_backend(spark, n, runs, os.path.join(tmp, "same"))
+    print(f"partition backend, {n:,}/partition: {statistics.median(same):>12,.0f} rec/s {same}")
+    keyed = bench_spark_backend(spark, n, runs, tmp)
+    print(f"spark backend (transformWithState): {statistics.median(keyed):>12,.0f} rec/s {keyed}")
+    spark.stop()
     return 0
 
 

@@ -1,5 +1,7 @@
-"""The Spark backend on real Spark: key groups beyond the partition count, order restored
-after the shuffle, state evolution (both backends), and the pipeline setting."""
+"""The Spark backend on real Spark (transformWithState in a streaming query): key groups
+beyond the partition count, a crash between tasks and commit, order restored inside the
+group function, state evolution (both backends), the pipeline setting, and a session-table
+pipeline against the broker stopped and restarted (exactly once)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from tests.property.procs import (
@@ -24,11 +25,11 @@ from tests.property.procs import (
     register_for_spark,
 )
 
-from inorder.engine.keygroups import ROUTED_SCHEMA, group_task
 from inorder.engine.memory import records_dataframe
 from inorder.engine.partition import PartitionBackend
 from inorder.engine.reference import ReferenceRunner
 from inorder.engine.spark_backend import SparkBackend
+from inorder.engine.tws_replay import ReplayRun
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.pipeline.config import validate
@@ -67,78 +68,74 @@ def _records(n: int, keys: int, seed: int = 1) -> list[KafkaRecord]:
     ]
 
 
+def _backend(tmp_path: Path, processor: Processor[Any, Any, Any], **kw: Any) -> SparkBackend:
+    return SparkBackend(
+        processor,
+        kw.pop("codec", MsgCodec()),
+        kw.pop("integrity", Integrity.strict()),
+        checkpoint=str(tmp_path / "ckpt"),
+        sink=ParquetSink(str(tmp_path / "out")),
+        **kw,
+    )
+
+
 def test_one_partition_spreads_over_key_groups_and_matches_reference(
     spark: Any, tmp_path: Path
 ) -> None:
     records = _records(400, keys=20)
-    backend = SparkBackend(
-        NoWatermark(),
-        MsgCodec(),
-        Integrity.strict(),
-        checkpoint=str(tmp_path / "ckpt"),
-        sink=ParquetSink(str(tmp_path / "out")),
-        state_options=StateOptions(cache_dir=str(tmp_path / "cache")),
-        key_groups=4,
-        shuffle_partitions=4,
-    )
-    backend.checkpoint.write_json(
-        {"batch_id": 0, "processing_time_us": 0}, "batches", f"{0:020d}.json"
-    )
-    df = records_dataframe(spark, records)
-    plan = backend.plan(df, 0)
-    assert "Exchange" in plan._jdf.queryExecution().executedPlan().toString()
-    results = [r.asDict() for r in plan.collect()]
-    groups = {r["grp"] for r in results if r["records"]}
-    assert len(groups) == 4  # one Kafka partition, four groups of keys applied in parallel
-    assert sum(r["records"] for r in results) == 400
-    report = backend.run_batch(df, 0)  # tasks ran before: rerun rewrites the same state
-    assert report.records == 400 and report.committed
-    assert report.last_offsets == {"t[0]": 798}
+    backend = _backend(tmp_path, NoWatermark(), key_groups=4, shuffle_partitions=4)
+    run = ReplayRun(spark, backend, tmp_path / "run", [TopicPartition("t", 0)])
+    try:
+        run.crash_batch = 0  # the batch's tasks run, the query fails before the commit
+        report = run.step(records)  # restarted: Spark re-runs batch 0 from its state at -1
+        assert report.records == 400 and report.committed
+        assert report.last_offsets == {"t[0]": 798}
+        assert report.state_keys == 20
+        again = run.step([])  # a batch with no records still runs every group
+        assert again.records == 0 and again.state_keys == 20
+    finally:
+        run.stop()
     reference = ReferenceRunner(NoWatermark(), MsgCodec(), Integrity.strict())
     reference.run([records])
     rows = _out(tmp_path / "out")
     assert sorted(as_comparable(rows)) == sorted(as_comparable(reference.result.rows))
+    # One Kafka partition, four key groups, each with its own keys in Spark's state store.
+    state = (
+        spark.read.format("statestore")
+        .option("path", str(tmp_path / "run" / "spark-checkpoint"))
+        .option("stateVarName", "entries")
+        .load()
+        .collect()
+    )
+    groups = {r["key"]["grp"] for r in state}
+    assert groups == {0, 1, 2, 3}
+    assert {r["user_map_key"]["k"] for r in state} == {f"k{i}" for i in range(20)}
 
 
-def test_group_task_restores_offset_order_of_shuffled_rows(tmp_path: Path) -> None:
-    records = _records(60, keys=3)
-    ordered = [
-        (r.key, r.value, r.topic, r.partition, r.offset, r.timestamp, None, 0, None, False)
-        for r in records
+def test_spark_backend_needs_a_streaming_query(spark: Any, tmp_path: Path) -> None:
+    backend = _backend(tmp_path, Tallier())
+    with pytest.raises(ConfigError, match="streaming"):
+        backend.prepare_stream(records_dataframe(spark, _records(3, keys=1)))
+    with pytest.raises(ConfigError, match="prepare_stream"):
+        backend.run_batch(records_dataframe(spark, _records(3, keys=1)), 0)
+
+
+def test_rows_are_checked_and_stably_sorted_by_offset() -> None:
+    from pyspark.sql import Row as SparkRow
+
+    from inorder.engine.tws_processor import _sorted_by_offset
+
+    rows = [SparkRow(offset=o, tag=i) for i, o in enumerate([5, 1, 3, 1, 9, 3])]
+    ordered = [SparkRow(offset=o, tag=i) for i, o in enumerate([1, 2, 3])]
+    assert _sorted_by_offset(ordered) is ordered  # already in order: no sort
+    assert [(r.offset, r.tag) for r in _sorted_by_offset(rows)] == [
+        (1, 1),
+        (1, 3),
+        (3, 2),
+        (3, 5),
+        (5, 0),
+        (9, 4),
     ]
-    marker = (None, None, "t", 0, -1, None, None, 0, None, True)
-
-    def run(rows: list[tuple[Any, ...]], name: str) -> list[dict[str, Any]]:
-        backend = SparkBackend(
-            Tallier(),
-            MsgCodec(),
-            Integrity.strict(on_violation="dead_letter", sequence_field=None),
-            checkpoint=str(tmp_path / name / "ckpt"),
-            sink=ParquetSink(str(tmp_path / name / "out")),
-            state_options=StateOptions(cache_dir=str(tmp_path / name / "cache")),
-            key_groups=1,
-        )
-        backend.checkpoint.write_json(
-            {"batch_id": 0, "processing_time_us": 0}, "batches", f"{0:020d}.json"
-        )
-        columns = list(zip(*rows, strict=True))
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(c, f.type) for c, f in zip(columns, ROUTED_SCHEMA, strict=True)],
-            schema=ROUTED_SCHEMA,
-        )
-        list(group_task(backend.spec(0), iter([batch])))
-        return _out_staged(tmp_path / name / "out")
-
-    shuffled = [*ordered, marker]
-    random.Random(3).shuffle(shuffled)
-    assert run(shuffled, "shuffled") == run([marker, *ordered], "ordered")
-
-
-def _out_staged(path: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for f in sorted(path.rglob("*.parquet")):
-        rows.extend(pq.read_table(str(f)).to_pylist())
-    return sorted(rows, key=lambda r: r["offset"])
 
 
 # -- state evolution -------------------------------------------------------------------------
@@ -239,12 +236,23 @@ def test_state_evolution_migrates_added_fields_and_rejects_incompatible_types(
         )
 
     tps = [TopicPartition("t", 0)]
-    make(CounterV1()).run_batch(records_dataframe(spark, _msgs(0, 4), tps), 0)
+
+    def run_batch(backend: PartitionBackend, records: list[KafkaRecord], batch_id: int) -> None:
+        if isinstance(backend, SparkBackend):
+            stream = ReplayRun(spark, backend, tmp_path / "run", tps)
+            try:
+                stream.step(records)
+            finally:
+                stream.stop()
+        else:
+            backend.run_batch(records_dataframe(spark, records, tps), batch_id)
+
+    run_batch(make(CounterV1()), _msgs(0, 4), 0)
     with pytest.raises(ConfigError) as info:
         make(CounterBad()).check()
     message = str(info.value)
     assert "n" in message and "int" in message and "str" in message, message
-    make(CounterV2()).run_batch(records_dataframe(spark, _msgs(4, 2), tps), 1)
+    run_batch(make(CounterV2()), _msgs(4, 2), 1)
     rows = [r for r in _out(tmp_path / "out") if r["batch_id"] == 1]
     # old counts carried over (2 each), new fields start at their defaults
     assert sorted((r["k"], r["n"], r["total"], r["label"]) for r in rows) == [
@@ -263,3 +271,30 @@ def test_pipeline_setting_accepts_spark_backend() -> None:
     assert validate(base)["pipeline"]["backend"] == "spark"
     with pytest.raises(ConfigError, match="'partition' or 'spark'"):
         validate({**base, "pipeline": {"backend": "flink"}})
+
+
+# -- end to end: a session-table pipeline on the spark backend against the broker -------------
+
+
+@pytest.mark.slow
+def test_session_pipeline_on_spark_backend_stops_and_resumes_exactly_once(
+    kafka: Any, spark: Any, tmp_path: Path
+) -> None:
+    from tests.integration.test_repair import check_truth, run, session_config, simulation
+
+    from inorder.dev.simulator import simulate
+    from inorder.sessions.rebuild import read_changes
+
+    prefix = f"tws-{random.randrange(10**9)}-"
+    sim = simulate(simulation(prefix, seed=11, faulty=0.0), kafka.bootstrap_servers)
+    output = tmp_path / "output"
+    config = session_config(kafka.bootstrap_servers, prefix, tmp_path, {"path": str(output)})
+    config["pipeline"]["backend"] = "spark"
+    run(config, batches=2)  # stopped between batches
+    first = read_changes(str(output)).num_rows
+    assert first > 0
+    run(config)  # resumes from Spark's checkpoint and state store
+    changes = read_changes(str(output))
+    assert changes.num_rows > first
+    problems = check_truth(changes, sim.ground_truth)
+    assert not problems, "\n".join(problems[:20])

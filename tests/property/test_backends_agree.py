@@ -3,10 +3,14 @@
 The same random streams (offset gaps, replays of old offsets, duplicates, swapped event
 times, undecodable records, late events, violations, session restarts, event- and
 processing-time timeouts) go through all three under every tier and policy, with random batch
-boundaries and a crash point (a batch's tasks run, nothing committed, the batch re-run). The
-output rows (as a multiset: the Spark backend writes key groups in parallel), the violation
-counters per batch, the dead letters and the final state must be identical; under ``fail``
-all three raise the same error.
+boundaries and a crash point (a batch's tasks run, nothing committed, the batch re-run: for
+the Spark backend the streaming query fails after the batch's tasks and is restarted). The
+Spark backend runs as a real streaming query (``transformWithState``) over a source replaying
+the micro-batches; the reference runner and the partition backend get the processing time
+each Spark batch used (its batch timestamp). The output rows (as a multiset: key groups
+write in parallel), the violation counters per batch and partition, the dead letters and the
+final state (the Spark backend's read back with Spark's state data source) must be
+identical; under ``fail`` all three raise the same error.
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inorder.engine.context import from_micros
-from inorder.engine.keygroups import group_store_partition
 from inorder.engine.memory import records_dataframe
 from inorder.engine.partition import PartitionBackend
 from inorder.engine.reference import ReferenceRunner
 from inorder.engine.spark_backend import SparkBackend
+from inorder.engine.tws_replay import ReplayRun
 from inorder.errors import InorderError
 from inorder.integrity import Integrity
 from inorder.processor import Context
@@ -121,7 +125,7 @@ def _multiset(rows: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 @pytest.mark.timeout(900)
 @settings(
-    max_examples=10,
+    max_examples=5,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -138,112 +142,139 @@ def test_backends_agree_with_reference(spark: Any, scenario: dict[str, Any]) -> 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _backends(integrity: Integrity, tmp: Path) -> dict[str, PartitionBackend]:
-    def opts(name: str) -> StateOptions:
-        return StateOptions(snapshot_interval=2, retain_versions=1, cache_dir=str(tmp / name))
+def _opts(tmp: Path, name: str) -> StateOptions:
+    return StateOptions(snapshot_interval=2, retain_versions=1, cache_dir=str(tmp / name))
 
-    return {
-        "partition": PartitionBackend(
-            Tallier2(),
-            MsgCodec(),
-            integrity,
-            checkpoint=str(tmp / "p-ckpt"),
-            sink=ParquetSink(str(tmp / "p-out")),
-            dead_letter_sink=ParquetSink(str(tmp / "p-dl")),
-            state_options=opts("p-cache"),
-        ),
-        "spark": SparkBackend(
-            Tallier2(),
-            MsgCodec(),
-            integrity,
-            checkpoint=str(tmp / "s-ckpt"),
-            sink=ParquetSink(str(tmp / "s-out")),
-            dead_letter_sink=ParquetSink(str(tmp / "s-dl")),
-            state_options=opts("s-cache"),
-            key_groups=GROUPS,
-            shuffle_partitions=2,
-        ),
-    }
+
+def _partition_backend(integrity: Integrity, tmp: Path) -> PartitionBackend:
+    return PartitionBackend(
+        Tallier2(),
+        MsgCodec(),
+        integrity,
+        checkpoint=str(tmp / "p-ckpt"),
+        sink=ParquetSink(str(tmp / "p-out")),
+        dead_letter_sink=ParquetSink(str(tmp / "p-dl")),
+        state_options=_opts(tmp, "p-cache"),
+    )
+
+
+def _spark_backend(integrity: Integrity, tmp: Path) -> SparkBackend:
+    return SparkBackend(
+        Tallier2(),
+        MsgCodec(),
+        integrity,
+        checkpoint=str(tmp / "s-ckpt"),
+        sink=ParquetSink(str(tmp / "s-out")),
+        dead_letter_sink=ParquetSink(str(tmp / "s-dl")),
+        key_groups=GROUPS,
+        shuffle_partitions=2,
+    )
+
+
+def _check_report(name: str, report: Any, ref_batch: Any) -> None:
+    assert report.committed, name
+    assert report.violations_by_rule == ref_batch.violation_counts, name
+    assert report.records == ref_batch.counters.get("records", 0), name
+    assert report.timeouts == ref_batch.counters.get("timeouts", 0), name
+    by_partition: dict[str, dict[str, int]] = {}
+    for event in ref_batch.violations:
+        counts = by_partition.setdefault(f"{event.topic}[{event.partition}]", {})
+        counts[event.rule] = counts.get(event.rule, 0) + 1
+    assert report.violations_by_partition == by_partition, name
 
 
 def _run(spark: Any, scenario: dict[str, Any], tmp: Path) -> None:
     integrity: Integrity = scenario["integrity"]
     tps = [TopicPartition("t", p) for p in range(scenario["parts"])]
-    backends = _backends(integrity, tmp)
+    partition = _partition_backend(integrity, tmp)
+    sbackend = _spark_backend(integrity, tmp)
+    stream = ReplayRun(spark, sbackend, tmp / "s-run", tps)
     reference = ReferenceRunner(Tallier2(), MsgCodec(), integrity)
-    now_us = 1_000_000_000
-    for batch_id, records in enumerate(scenario["batches"]):
-        now_us += scenario["steps"][batch_id] * 1_000_000
-        expected_error: str | None = None
-        try:
-            reference.run_batch(records, batch_id, from_micros(now_us), tps)
-        except InorderError as exc:
-            expected_error = str(exc)
-        for name, backend in backends.items():
-            backend.checkpoint.write_json(
+    now_us = 0
+    try:
+        for batch_id, records in enumerate(scenario["batches"]):
+            if batch_id == scenario["crash"]:
+                stream.crash_batch = batch_id
+            spark_error: str | None = None
+            try:
+                spark_report = stream.step(records)
+                now_us = spark_report.processing_time_us
+            except InorderError as exc:
+                spark_error = str(exc)
+                now_us += 1
+            expected_error: str | None = None
+            try:
+                reference.run_batch(records, batch_id, from_micros(now_us), tps)
+            except InorderError as exc:
+                expected_error = str(exc)
+            assert spark_error == expected_error, "spark"
+            partition.checkpoint.write_json(
                 {"batch_id": batch_id, "processing_time_us": now_us},
                 "batches",
                 f"{batch_id:020d}.json",
             )
             df = records_dataframe(spark, records, tps)
             if batch_id == scenario["crash"]:
-                backend.run_tasks(df, batch_id)
+                partition.run_tasks(df, batch_id)
             if expected_error is not None:
                 with pytest.raises(InorderError) as info:
-                    backend.run_batch(df, batch_id)
-                assert str(info.value) == expected_error, name
-                continue
-            report = backend.run_batch(df, batch_id)
+                    partition.run_batch(df, batch_id)
+                assert str(info.value) == expected_error, "partition"
+                break
             ref_batch = reference.result.batches[-1]
-            assert report.committed, name
-            assert report.violations_by_rule == ref_batch.violation_counts, name
-            assert report.records == ref_batch.counters.get("records", 0), name
-            assert report.timeouts == ref_batch.counters.get("timeouts", 0), name
-            by_partition: dict[str, dict[str, int]] = {}
-            for event in ref_batch.violations:
-                counts = by_partition.setdefault(f"{event.topic}[{event.partition}]", {})
-                counts[event.rule] = counts.get(event.rule, 0) + 1
-            assert report.violations_by_partition == by_partition, name
-        if expected_error is not None:
-            break
+            _check_report("spark", spark_report, ref_batch)
+            _check_report("partition", partition.run_batch(df, batch_id), ref_batch)
+    finally:
+        stream.stop()
     want = _multiset(reference.result.rows)
     want_dl = sorted(
         (tp.partition, d.offset, d.rule, d.key) for tp, d in reference.result.dead_letters
     )
-    for name, backend in backends.items():
-        prefix = name[0]
-        assert _multiset(_rows(tmp / f"{prefix}-out")) == want, name
+    for prefix in ("p", "s"):
+        assert _multiset(_rows(tmp / f"{prefix}-out")) == want, prefix
         got_dl = sorted(
             (d["partition"], d["offset"], d["rule"], d["state_key"])
             for d in _rows(tmp / f"{prefix}-dl")
         )
-        assert got_dl == want_dl, name
-        assert _final_state(backend, tps, len(reference.result.batches), tmp) == (
-            reference.final_state()
-        ), name
+        assert got_dl == want_dl, prefix
+    expected_state = reference.final_state()
+    assert _partition_state(partition, tps, len(reference.result.batches), tmp) == expected_state
+    if reference.result.batches:
+        assert _spark_state(spark, tmp / "s-run" / "spark-checkpoint") == expected_state
 
 
-def _final_state(
+def _partition_state(
     backend: PartitionBackend, tps: list[TopicPartition], next_batch: int, tmp: Path
 ) -> dict[tuple[str, int, str], Any]:
     codec = StateCodec(Tally)
-    stores = (
-        [(tp, group_store_partition(tp, g)) for tp in tps for g in range(GROUPS)]
-        if isinstance(backend, SparkBackend)
-        else [(tp, tp) for tp in tps]
-    )
     got: dict[tuple[str, int, str], Any] = {}
-    for tp, store_tp in stores:
+    for tp in tps:
         with PartitionStore(
-            backend.checkpoint,
-            store_tp,
-            codec,
-            backend._epoch,
-            StateOptions(cache_dir=str(tmp / "verify")),
+            backend.checkpoint, tp, codec, backend._epoch, StateOptions(cache_dir=str(tmp / "v"))
         ) as store:
             view, _ = store.open(next_batch)
             for key in KEYS:
                 entry = view.load(key)
                 if entry is not None and not entry.ignored:
                     got[(tp.topic, tp.partition, key)] = entry.state
+    return got
+
+
+def _spark_state(spark: Any, checkpoint: Path) -> dict[tuple[str, int, str], Any]:
+    """The Spark backend's last committed state, read with Spark's state data source."""
+    codec = StateCodec(Tally)
+    rows = (
+        spark.read.format("statestore")
+        .option("path", str(checkpoint))
+        .option("stateVarName", "entries")
+        .load()
+        .collect()
+    )
+    got: dict[tuple[str, int, str], Any] = {}
+    for row in rows:
+        key, value = row["user_map_key"]["k"], row["user_map_value"]
+        if key in KEYS and not value["ignored"]:
+            got[(row["key"]["topic"], int(row["key"]["partition"]), key)] = codec.decode(
+                bytes(value["state"])
+            )
     return got

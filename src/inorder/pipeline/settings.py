@@ -55,8 +55,9 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         "backend": Setting(
             str,
             "partition",
-            'Ordered engine backend: "partition" (shuffle-free, one task per topic-partition, '
-            'default) or "spark" (keys spread over Spark tasks through a shuffle).',
+            'Ordered engine backend: "partition" (shuffle-free, each topic-partition in one '
+            'task, default) or "spark" (groupBy + transformWithState with Spark\'s RocksDB '
+            "state: keys spread over Spark tasks through a shuffle).",
         ),
         "progress": Setting(
             str,
