@@ -40,18 +40,26 @@ def test_good_config_gets_defaults() -> None:
     ("config", "message"),
     [
         ({**GOOD, "sinks": {}}, r"unknown section \[sinks\] \(did you mean 'sink'\?\)"),
-        (with_("sink", compresion="zstd"),
-         r"unknown key sink.compresion \(did you mean 'compression'\?\)"),
-        (with_("source", max_offsets_per_trigger="10"),
-         r"source.max_offsets_per_trigger must be an integer, not str"),
+        (
+            with_("sink", compresion="zstd"),
+            r"unknown key sink.compresion \(did you mean 'compression'\?\)",
+        ),
+        (
+            with_("source", max_offsets_per_trigger="10"),
+            r"source.max_offsets_per_trigger must be an integer, not str",
+        ),
         (with_("source", fail_on_data_loss="yes"), r"source.fail_on_data_loss must be a boolean"),
         (with_("sink", target_file_size=True), r"sink.target_file_size must be an integer"),
         ({k: v for k, v in GOOD.items() if k != "sink"}, r"missing required setting sink.path"),
-        ({k: v for k, v in GOOD.items() if k != "processor"},
-         r"missing required setting processor.type"),
+        (
+            {k: v for k, v in GOOD.items() if k != "processor"},
+            r"missing required setting processor.type",
+        ),
         (with_("pipeline", trigger="every minute"), r"pipeline.trigger: invalid duration"),
-        (with_("integrity", on_violation="restart"),
-         r"integrity.on_violation must be one of .*did you mean 'restart_session'"),
+        (
+            with_("integrity", on_violation="restart"),
+            r"integrity.on_violation must be one of .*did you mean 'restart_session'",
+        ),
         (with_("integrity", tier="strct"), r"integrity.tier must be one of .*did you mean"),
         (with_("source", topics=["a"]), r"exactly one of source.topic_pattern and source.topics"),
         (with_("sink", type="csv"), r"sink.type must be 'parquet' or 'delta'"),
@@ -97,8 +105,11 @@ def test_cli_bad_input_is_one_line(args: list[str], message: str, tmp_path: Path
         (tmp_path / "x.toml").write_text('[sink]\npath="o"\n')
         args = [args[0], args[1], args[2], str(tmp_path / "x.toml")]
     done = subprocess.run(
-        [sys.executable, "-m", "inorder.cli", *args], capture_output=True, text=True,
-        cwd=tmp_path, timeout=60,
+        [sys.executable, "-m", "inorder.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
     )
     assert done.returncode == 2
     assert message in done.stderr
