@@ -5,6 +5,8 @@ Usage: python bench/source_throughput.py [--records N] [--partitions P] [--runs 
 Uses $INORDER_KAFKA_BOOTSTRAP_SERVERS, or starts a throwaway local broker (noida-db).
 The source runs on local[2] into Spark's ``noop`` sink with Trigger.AvailableNow; its rate is
 records / wall time of the query, after a warm-up query (Python workers already started).
+Also reported: the query's start-up (``start()`` to the first micro-batch: Spark starts the
+source's Python planner process) and the rate of the micro-batches alone.
 The raw consumer is one process assigning all partitions and consuming to the end.
 With --write-docs the results replace the "## Kafka source" section of docs/benchmarks.md.
 """
@@ -70,16 +72,22 @@ def raw_consumer_rate(bootstrap: str, topic: str, partitions: int, records: int)
     return seen / elapsed
 
 
-def source_rate(spark: Any, bootstrap: str, topic: str, workdir: str) -> tuple[float, float, int]:
+def source_rate(
+    spark: Any, bootstrap: str, topic: str, workdir: str
+) -> tuple[float, float, int, float, int]:
     """Records/s of the source into the noop sink (AvailableNow, fresh checkpoint).
 
-    Returns the rate over the query's wall time and over the data micro-batches only
-    (Spark's ``triggerExecution`` of batches with rows: without query start-up and the
-    empty first batch).
+    Returns the rate over the query's wall time, the rate over its micro-batches with data
+    (Spark's ``triggerExecution``: without query start-up and the final empty check), the
+    rows read, the start-up seconds (``start()`` to the first micro-batch) and the number of
+    micro-batches with data.
     """
+    from datetime import datetime
+
     from inorder.kafka import KafkaSource
 
     df = KafkaSource(bootstrap_servers=bootstrap, topics=[topic]).load(spark)
+    wall_start = time.time()
     started = time.perf_counter()
     query = (
         df.writeStream.format("noop")
@@ -92,7 +100,13 @@ def source_rate(spark: Any, bootstrap: str, topic: str, workdir: str) -> tuple[f
     progress = [p for p in query.recentProgress if int(p["numInputRows"]) > 0]
     rows = sum(int(p["numInputRows"]) for p in progress)
     busy = sum(float(p["durationMs"]["triggerExecution"]) for p in progress) / 1000.0
-    return rows / elapsed, rows / busy, rows
+    first = query.recentProgress[0]["timestamp"] if query.recentProgress else None
+    startup = (
+        datetime.fromisoformat(first.replace("Z", "+00:00")).timestamp() - wall_start
+        if first
+        else 0.0
+    )
+    return rows / elapsed, rows / busy, rows, startup, len(progress)
 
 
 def write_docs(text: str) -> None:
@@ -143,16 +157,20 @@ def main() -> int:
             print(f"produced {args.records} records in {time.perf_counter() - started:.1f} s")
             spark = build_spark_session("local[2]", "source-throughput", local_dir=tmp)
             source_rate(spark, bootstrap, warm, tmp)  # start the Python workers
-            raw, src, steady = [], [], []
+            raw, src, steady, startups, loads = [], [], [], [], []
+            batches = 0
             for run in range(args.runs):
                 raw.append(raw_consumer_rate(bootstrap, topic, args.partitions, args.records))
-                rate, batch_rate, rows = source_rate(spark, bootstrap, topic, tmp)
+                rate, batch_rate, rows, startup, batches = source_rate(spark, bootstrap, topic, tmp)
                 assert rows == args.records, f"source read {rows} rows, expected {args.records}"
                 src.append(rate)
                 steady.append(batch_rate)
+                startups.append(startup)
+                loads.append(os.getloadavg()[0])
                 print(
                     f"run {run + 1}: raw {raw[-1]:,.0f} rec/s, source {rate:,.0f} rec/s "
-                    f"(data batches {batch_rate:,.0f} rec/s)"
+                    f"(data batches {batch_rate:,.0f} rec/s, {batches} of them; query start-up "
+                    f"{startup:.1f} s; load average {loads[-1]:.1f})"
                 )
             spark.stop()
         finally:
@@ -161,12 +179,16 @@ def main() -> int:
     raw_median, src_median = statistics.median(raw), statistics.median(src)
     steady_median = statistics.median(steady)
     ratio = src_median / raw_median
+    per_run = ", ".join(f"{a / b:.0%}" for a, b in zip(src, raw, strict=True))
     summary = (
         f"{SECTION}\n\n"
         f"`bench/source_throughput.py --records {args.records} --partitions {args.partitions} "
-        f"--size {args.size} --runs {args.runs}` ({time.strftime('%Y-%m-%d')}, 2 cores, "
-        "local noida-db broker, Spark local[2], noop sink, Trigger.AvailableNow, "
-        "wall time of the whole query including planning and the empty first batch):\n\n"
+        f"--size {args.size} --runs {args.runs}` ({time.strftime('%Y-%m-%d %H:%M')}, 2 cores, "
+        "local noida-db broker, Spark local[2], noop sink, Trigger.AvailableNow; the raw "
+        "consumer and the source alternate in the same run; source rate = records / wall time "
+        "of the whole query: start-up, planning, the micro-batches and the final check that "
+        f"nothing is left). The first micro-batch reads data ({batches} micro-batch(es) with "
+        "data per query).\n\n"
         "| reader | median records/s | runs |\n|---|---|---|\n"
         f"| raw confluent-kafka consumer (1 process) | {raw_median:,.0f} | "
         + ", ".join(f"{r:,.0f}" for r in raw)
@@ -174,9 +196,12 @@ def main() -> int:
         + ", ".join(f"{r:,.0f}" for r in src)
         + f" |\n| inorder-kafka source, data micro-batches only | {steady_median:,.0f} | "
         + ", ".join(f"{r:,.0f}" for r in steady)
-        + f" |\n\nRatio source / raw (wall time): **{ratio:.0%}** (target >= 70%); "
-        f"data micro-batches only: {steady_median / raw_median:.0%}. Machine load during the "
-        f"run (1-minute load average at the end): {os.getloadavg()[0]:.1f} on 2 cores.\n"
+        + f" |\n\nRatio source / raw (wall time): **{ratio:.0%}** (target >= 70%; per run "
+        f"{per_run}); data micro-batches only: {steady_median / raw_median:.0%}. Query "
+        f"start-up (`start()` to the first micro-batch) median "
+        f"{statistics.median(startups):.1f} s. 1-minute load average after each run: "
+        + ", ".join(f"{x:.1f}" for x in loads)
+        + " on 2 cores.\n"
     )
     print(summary)
     if args.write_docs:

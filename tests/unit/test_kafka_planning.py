@@ -21,6 +21,7 @@ from inorder.kafka.planning import (
     fair_share,
     next_offset,
     next_tick,
+    nothing_new,
     plan_ranges,
     should_wait,
 )
@@ -49,6 +50,9 @@ def test_offset_round_trip_keeps_counters_and_flags() -> None:
     assert SourceOffset.from_json(offset.to_json()) == offset
     initial = SourceOffset(initial=True)
     assert SourceOffset.from_dict(initial.to_dict()).initial
+    entered = SourceOffset({A0: 9, B0: 4}, starts={A0: 2})
+    assert SourceOffset.from_json(entered.to_json()) == entered
+    assert entered.to_json() == json.dumps(entered.to_dict(), sort_keys=True, separators=(",", ":"))
     assert "tick" not in SourceOffset({A0: 1}).to_dict()
 
 
@@ -95,15 +99,50 @@ def test_next_offset_caps_by_max_offsets_fairly() -> None:
     assert dict(next_offset(start, watermarks=marks).offset.positions) == {A0: 1000, A1: 110}
 
 
-def test_new_partitions_enter_at_their_start_without_reading() -> None:
+def test_new_partitions_are_read_from_their_start_in_the_same_batch() -> None:
     start = SourceOffset({A0: 3})
     marks = {A0: Watermarks(0, 3), B0: Watermarks(2, 9)}
     result = next_offset(start, watermarks=marks, new_starts={B0: 2})
-    assert dict(result.offset.positions) == {A0: 3, B0: 2}
+    assert dict(result.offset.positions) == {A0: 3, B0: 9}
+    assert dict(result.offset.starts) == {B0: 2}  # where b0 began: in the offset log
     assert result.new_partitions == (B0,)
-    # Next trigger: b0 is read from 2.
+    ranges = plan_ranges(start, result.offset, markers=False)
+    assert [(r.tp, r.start, r.end) for r in ranges] == [(B0, 2, 9)]
+    # A replay plans the same ranges from the logged offsets alone.
+    logged = SourceOffset.from_json(result.offset.to_json())
+    assert plan_ranges(start, logged, markers=False) == ranges
+    # Next trigger: nothing new; ``starts`` alone must not look like new data.
+    after = next_offset(logged, watermarks=marks)
+    assert not after.offset.starts
+    assert nothing_new(after.offset, logged)
+
+
+def test_a_new_query_reads_in_its_first_batch_and_replays_it_identically() -> None:
+    initial = SourceOffset(initial=True)
+    marks = {A0: Watermarks(5, 105), A1: Watermarks(0, 0), B0: Watermarks(0, 40)}
+    result = next_offset(
+        initial, watermarks=marks, new_starts={A0: 5, A1: 0, B0: 0}, max_offsets=60
+    )
+    assert dict(result.offset.positions) == {A0: 35, A1: 0, B0: 30}
+    assert dict(result.offset.starts) == {A0: 5, B0: 0}  # a1 is empty: nothing to record
+    ranges = [(r.tp, r.start, r.end) for r in plan_ranges(initial, result.offset, markers=True)]
+    assert ranges == [(A0, 5, 35), (A1, 0, 0), (B0, 0, 30)]
+    # the replayed first batch: Spark hands back the constant initial offset and the log's end
+    replayed = plan_ranges(
+        SourceOffset.from_dict(initial.to_dict()),
+        SourceOffset.from_json(result.offset.to_json()),
+        markers=True,
+    )
+    assert [(r.tp, r.start, r.end) for r in replayed] == ranges
+
+
+def test_new_partitions_outside_the_readable_log_enter_without_reading() -> None:
+    marks = {A0: Watermarks(20, 30), B0: Watermarks(0, 10)}
+    result = next_offset(SourceOffset(), watermarks=marks, new_starts={A0: 5, B0: 50})
+    assert dict(result.offset.positions) == {A0: 5, B0: 50}
+    assert not result.offset.starts and not result.losses
     after = next_offset(result.offset, watermarks=marks)
-    assert after.offset.positions[B0] == 9
+    assert {loss.kind for loss in after.losses} == {LossKind.EXPIRED, LossKind.RESET}
 
 
 def test_expired_offsets_are_a_loss_naming_the_offsets() -> None:
@@ -289,3 +328,32 @@ def test_lag_from_progress() -> None:
     assert lag_from_progress(progress) == {A0: 15, A1: 0}
     assert total_lag(json.dumps(progress)) == 15
     assert source_counters(progress) == {"lostRecords": 0, "prunedPartitions": 1}
+
+
+# -- Arrow conversion of consumed records ----------------------------------------------------
+
+
+def _message(offset: int, ts: tuple[int, int]) -> object:
+    from confluent_kafka import Message
+
+    return Message(
+        topic="a", partition=0, offset=offset, key=b"k%d" % offset, value=b"v", timestamp=ts
+    )
+
+
+def test_records_become_arrow_columns_of_the_source_schema() -> None:
+    from inorder.kafka.consumer import _to_batch
+
+    created = [_message(o, (1, 1_700_000_000_000 + o)) for o in range(5, 8)]
+    batch = _to_batch(A0, created, 5, include_headers=False)  # a contiguous run from 5
+    assert batch.schema == SOURCE_ARROW_SCHEMA
+    assert batch.column("offset").to_pylist() == [5, 6, 7]
+    assert batch.column("timestampType").to_pylist() == [0, 0, 0]
+    assert batch.column("key").to_pylist() == [b"k5", b"k6", b"k7"]
+    assert batch.column("timestamp")[0].value == 1_700_000_000_005_000  # microseconds
+    assert batch.column("headers").null_count == 3
+    mixed = [_message(3, (2, 10)), _message(9, (0, -1)), _message(12, (1, 20))]
+    batch = _to_batch(A0, mixed, [3, 9, 12], include_headers=False)  # gaps: the list is kept
+    assert batch.column("offset").to_pylist() == [3, 9, 12]
+    assert batch.column("timestampType").to_pylist() == [1, -1, 0]
+    assert batch.column("timestamp").is_null().to_pylist() == [False, True, False]

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -121,25 +122,38 @@ def marker_batch(tp: TopicPartition, start: int, end: int) -> pa.RecordBatch:
     )
 
 
+def _offsets_array(offsets: list[int] | int, n: int) -> pa.Array:
+    """The offset column: from a list, or ``n`` consecutive offsets from a first one."""
+    if isinstance(offsets, int):
+        # A contiguous run (the common case): no per-record Python int list at all.
+        return pa.array(np.arange(offsets, offsets + n, dtype=np.int64))
+    return pa.array(offsets, pa.int64())
+
+
 def _to_batch(
-    tp: TopicPartition, messages: list[Any], offsets: list[int], include_headers: bool
+    tp: TopicPartition, messages: list[Any], offsets: list[int] | int, include_headers: bool
 ) -> pa.RecordBatch:
-    # Hot path: attribute getters are mapped in C (``map(Message.key, ...)``), columns are
-    # built in Arrow; no per-record Python bytecode.
+    """Arrow columns of ``messages`` (``offsets``: theirs, or the first of a contiguous run).
+
+    Hot path: attribute getters are mapped in C (``map(Message.key, ...)``), columns are
+    built in Arrow; no per-record Python bytecode.
+    """
     from confluent_kafka import Message
 
     n = len(messages)
     stamps = list(map(Message.timestamp, messages))
     ts_types = list(map(_FIRST, stamps))
-    ts_ms = list(map(_SECOND, stamps))
-    ts_type_arr = pa.array(ts_types, pa.int32())
-    ts_ms_arr = pa.array(ts_ms, pa.int64())
-    if 0 in ts_types:  # confluent-kafka's "not available": null timestamp
-        ts_ms_arr = pc.if_else(pc.equal(ts_type_arr, 0), pa.scalar(None, pa.int64()), ts_ms_arr)
-    ts = pc.multiply(ts_ms_arr, 1000).cast(_TS_TYPE)
+    ts_ms_arr = pa.array(list(map(_SECOND, stamps)), pa.int64())
     # confluent-kafka: 0 not available, 1 create time, 2 log-append time;
     # Spark's connector: -1, 0 and 1.
-    ts_type = pc.subtract(ts_type_arr, pa.scalar(1, pa.int32()))
+    if ts_types.count(1) == n:  # all CreateTime: one constant column
+        ts_type = pa.nulls(n, pa.int32()).fill_null(0)
+    else:
+        ts_type_arr = pa.array(ts_types, pa.int32())
+        if 0 in ts_types:  # "not available": null timestamp
+            ts_ms_arr = pc.if_else(pc.equal(ts_type_arr, 0), pa.scalar(None, pa.int64()), ts_ms_arr)
+        ts_type = pc.subtract(ts_type_arr, pa.scalar(1, pa.int32()))
+    ts = pc.multiply(ts_ms_arr, 1000).cast(_TS_TYPE)
     if include_headers:
         headers = pa.array(
             [
@@ -158,7 +172,7 @@ def _to_batch(
                 pa.nulls(n, pa.int32()).fill_null(0), pa.array([tp.topic], pa.string())
             ).cast(pa.string()),
             pa.nulls(n, pa.int32()).fill_null(tp.partition),
-            pa.array(offsets, pa.int64()),
+            _offsets_array(offsets, n),
             ts,
             ts_type,
             headers,
@@ -205,18 +219,30 @@ def read_range(
         timeout_s = options.poll_timeout_ms / 1000.0
         last_progress = time.monotonic()
         while expected < end:
-            messages = consumer.consume(num_messages=options.batch_rows, timeout=0.5)
+            # Never ask for more than the range still holds: consume() returns only once it
+            # has num_messages or the timeout passed, so asking for a full batch on the last
+            # fetch of a range waited the whole timeout (0.5 s per task and micro-batch).
+            # With gaps (transaction markers) fewer records exist; the partition-EOF event
+            # usually completes the count, else the timeout ends the wait as before.
+            want = max(1, min(options.batch_rows, end - expected))
+            messages = consumer.consume(num_messages=want, timeout=0.5)
             done = False
             # (KafkaError.__eq__ raises on None: compare by identity.)
             errors = map(operator.is_not, map(Message.error, messages), itertools.repeat(None))
             if messages and not any(errors):
-                # Fast path: only records (no EOF or error event) in this batch.
-                offsets: list[int] = list(map(Message.offset, messages))  # type: ignore[arg-type]
-                if offsets[-1] >= end:
-                    cut = bisect.bisect_left(offsets, end)
-                    messages, offsets, done = messages[:cut], offsets[:cut], True
+                # Fast path: only records (no EOF or error event) in this batch. Offsets
+                # of one partition strictly increase, so first and last tell a contiguous run.
+                first = int(messages[0].offset() or 0)
+                last = int(messages[-1].offset() or 0)
+                offsets: list[int] | int = first
+                if last >= end or last - first + 1 != len(messages):
+                    offsets = list(map(Message.offset, messages))  # type: ignore[arg-type]
+                    if last >= end:
+                        cut = bisect.bisect_left(offsets, end)
+                        messages, offsets, done = messages[:cut], offsets[:cut], True
+                        last = offsets[-1] if offsets else last
                 if messages:
-                    expected = offsets[-1] + 1
+                    expected = last + 1
                     last_progress = time.monotonic()
                     yield _to_batch(tp, messages, offsets, options.include_headers)
                 if done:

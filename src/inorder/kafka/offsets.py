@@ -12,17 +12,22 @@ Canonical form (optional keys appear only when set)::
      "lostRecords": 12,                    # cumulative records skipped (failOnDataLoss=false)
      "offsets": {"topic": {"0": 42, "1": 7}},
      "prunedPartitions": 3,                # cumulative partitions pruned (deleted topics)
+     "starts": {"topic": {"1": 0}},        # partitions that entered in this micro-batch
      "tick": 28561}                        # only with inorder.tickIntervalMs
 
 ``offsets`` holds, per topic-partition, the next offset to read (exclusive end of what the
-micro-batch ending at this offset covers).
+micro-batch ending at this offset covers). ``starts`` holds, for partitions that are read for
+the first time in the micro-batch ending at this offset (a new query's partitions, topics and
+partitions found later), where their range begins: the offset a micro-batch starts from does
+not know them. With it, a partition's starting position is in Spark's offset log, in the
+same entry as the first range read from it, so a replayed micro-batch plans the same ranges.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from inorder.errors import ConfigError
@@ -31,6 +36,14 @@ from inorder.records import TopicPartition
 #: Spark's special per-partition values in ``startingOffsets`` JSON.
 EARLIEST = -2
 LATEST = -1
+
+
+def _parse_positions(raw: Mapping[str, Mapping[str, Any]]) -> dict[TopicPartition, int]:
+    positions: dict[TopicPartition, int] = {}
+    for topic, parts in raw.items():
+        for part, pos in parts.items():
+            positions[TopicPartition(str(topic), int(part))] = int(pos)
+    return positions
 
 
 def _sorted_positions(positions: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
@@ -49,6 +62,7 @@ class SourceOffset:
     initial: bool = False
     lost_records: int = 0
     pruned_partitions: int = 0
+    starts: Mapping[TopicPartition, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical dict (insertion order = sorted keys), ready for ``json.dumps``."""
@@ -60,6 +74,8 @@ class SourceOffset:
         out["offsets"] = _sorted_positions(self.positions)
         if self.pruned_partitions:
             out["prunedPartitions"] = self.pruned_partitions
+        if self.starts:
+            out["starts"] = _sorted_positions(self.starts)
         if self.tick is not None:
             out["tick"] = self.tick
         return out
@@ -71,19 +87,19 @@ class SourceOffset:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SourceOffset:
         """Parse an offset produced by :meth:`to_dict` (as Spark hands it back)."""
-        raw = data.get("offsets", {})
-        positions: dict[TopicPartition, int] = {}
-        for topic, parts in raw.items():
-            for part, pos in parts.items():
-                positions[TopicPartition(str(topic), int(part))] = int(pos)
         tick = data.get("tick")
         return cls(
-            positions=positions,
+            positions=_parse_positions(data.get("offsets", {})),
             tick=int(tick) if tick is not None else None,
             initial=bool(data.get("initial", False)),
             lost_records=int(data.get("lostRecords", 0)),
             pruned_partitions=int(data.get("prunedPartitions", 0)),
+            starts=_parse_positions(data.get("starts", {})),
         )
+
+    def without_starts(self) -> SourceOffset:
+        """The same positions and counters, without ``starts`` (for "anything new?" checks)."""
+        return replace(self, starts={}) if self.starts else self
 
     @classmethod
     def from_json(cls, text: str) -> SourceOffset:

@@ -88,15 +88,16 @@ class LossEvent:
 def plan_ranges(start: SourceOffset, end: SourceOffset, *, markers: bool) -> list[OffsetRange]:
     """Input ranges of the micro-batch ``(start, end]``, ordered by topic then partition.
 
-    One range per topic-partition of ``end``. A partition missing from ``start`` appears in
-    ``end`` at its starting position (see :func:`next_offset`), so its range is empty this
-    batch. With ``markers`` every known partition is planned (even an empty range: its task
-    still emits the marker row); without, only ranges with offsets.
+    One range per topic-partition of ``end``. A partition that entered in this micro-batch
+    (see :func:`next_offset`) begins at ``end.starts`` when it has records to read, else at
+    its position in ``end`` (an empty range). With ``markers`` every known partition is
+    planned (even an empty range: its task still emits the marker row); without, only ranges
+    with offsets.
     """
     ranges = []
     for tp in sorted(end.positions):
         stop = end.positions[tp]
-        begin = start.positions.get(tp, stop)
+        begin = end.starts[tp] if tp in end.starts else start.positions.get(tp, stop)
         if begin > stop:
             # Only possible for a partition pruned and re-added at a lower offset within
             # one batch; the new incarnation starts at ``stop``.
@@ -139,7 +140,7 @@ class NextOffset:
 
     offset: SourceOffset
     losses: tuple[LossEvent, ...]
-    available: int  # offsets available beyond ``start`` for existing partitions (before caps)
+    available: int  # offsets available beyond ``start`` (new partitions included; before caps)
     new_partitions: tuple[TopicPartition, ...]
     pruned: tuple[TopicPartition, ...]
 
@@ -159,9 +160,12 @@ def next_offset(
 
     ``watermarks`` covers every partition of ``start`` that still exists; ``gone`` lists those
     that disappeared (pruned; a loss if ``last_known_high`` shows unread records).
-    ``new_starts`` gives the starting position of partitions not yet in ``start``: they enter
-    the offset at that position and are read from the next micro-batch on (so the position
-    they start at is recorded durably before any of their records are read).
+    ``new_starts`` gives the starting position of partitions not yet in ``start``: they are
+    read in this very micro-batch, from that position (recorded in the end offset's
+    ``starts``, so Spark's offset log holds it with the first range read). A starting position
+    outside the partition's readable log (an explicit offset below its log start or past its
+    end) enters the offset without reading; the next micro-batch applies the data-loss rules
+    to it like to any other position.
     ``max_offsets`` caps the offsets added in this batch (fair across partitions);
     ``target`` (Trigger.AvailableNow) caps each partition at its position when the trigger
     was prepared. Losses are reported, not raised: the caller applies ``failOnDataLoss``;
@@ -193,6 +197,18 @@ def next_offset(
             pruned.append(tp)  # re-discovered later as a new partition
         else:
             effective[tp] = pos
+    added: list[TopicPartition] = []
+    entering: dict[TopicPartition, int] = {}
+    parked: dict[TopicPartition, int] = {}
+    for tp, pos in sorted((new_starts or {}).items()):
+        if tp in effective or (tp in start.positions and tp not in pruned):
+            continue
+        added.append(tp)
+        marks = watermarks.get(tp)
+        if marks is not None and marks.low <= pos <= marks.high:
+            effective[tp] = entering[tp] = pos
+        else:
+            parked[tp] = pos
     backlogs = {}
     for tp, pos in effective.items():
         high = watermarks[tp].high
@@ -205,18 +221,15 @@ def next_offset(
     else:
         granted = backlogs
     positions = {tp: effective[tp] + granted[tp] for tp in effective}
-    added = []
-    for tp, pos in sorted((new_starts or {}).items()):
-        if tp not in start.positions or tp in pruned:
-            if tp in positions:
-                continue
-            positions[tp] = pos
-            added.append(tp)
+    positions.update(parked)
     offset = SourceOffset(
         positions=positions,
         tick=tick,
         lost_records=start.lost_records + lost,
         pruned_partitions=start.pruned_partitions + len(pruned),
+        # Only partitions with records to read need their start recorded: one that enters
+        # with an empty range is planned from its position in ``positions`` next time.
+        starts={tp: pos for tp, pos in entering.items() if positions[tp] > pos},
     )
     return NextOffset(offset, tuple(losses), available, tuple(added), tuple(pruned))
 
@@ -247,3 +260,13 @@ def next_tick(previous: int | None, now_ms: int, interval_ms: int) -> int:
 def same_offset(a: SourceOffset, b: SourceOffset) -> bool:
     """Whether two offsets serialise identically (Spark would see no new data)."""
     return a.to_json() == b.to_json()
+
+
+def nothing_new(end: SourceOffset, start: SourceOffset) -> bool:
+    """Whether ``end`` adds nothing to ``start``.
+
+    ``starts`` only describes the micro-batch that ended at an offset, so it is left out:
+    otherwise the offset after a batch that started partitions would never look "the same"
+    and Spark would run empty micro-batches.
+    """
+    return same_offset(end.without_starts(), start.without_starts())

@@ -8,12 +8,14 @@ consumer and relies on nothing but the options and the partition it is given.
 
 How offsets evolve (see :mod:`inorder.kafka.offsets` for the JSON form):
 
-* The initial offset is empty and flagged ``initial``. The first ``latestOffset`` discovers
-  the partitions and records where each starts (``startingOffsets``) without reading yet;
-  later partitions (new topics, added partitions) enter the same way at
-  ``newTopicStartingOffsets``. A partition's starting position is thus in Spark's offset log
-  before any of its records are read, so a replayed micro-batch (after a crash) plans exactly
-  the same ranges: planning never asks the broker where a range starts.
+* The initial offset is empty and flagged ``initial`` (the same on every call, so a replayed
+  first micro-batch starts from the same offset). The first ``latestOffset`` discovers the
+  partitions, resolves where each starts (``startingOffsets``) and plans the first range of
+  each in the same micro-batch; later partitions (new topics, added partitions) enter the
+  same way at ``newTopicStartingOffsets``. The end offset of the micro-batch in which a
+  partition enters records its start (``starts``), so the starting position is in Spark's
+  offset log before any of its records are read, and a replayed micro-batch (after a crash)
+  plans exactly the same ranges: planning never asks the broker where a range starts.
 * Topics that disappear are pruned from the offset (logged, counted in ``prunedPartitions``);
   losing unread records that way is data loss.
 """
@@ -43,6 +45,7 @@ from inorder.kafka.planning import (
     Watermarks,
     next_offset,
     next_tick,
+    nothing_new,
     plan_ranges,
     same_offset,
     should_wait,
@@ -135,7 +138,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._known
 
     def initialOffset(self) -> dict[str, Any]:
-        """An empty offset flagged ``initial``: ``startingOffsets`` applies at the first plan."""
+        """An empty offset flagged ``initial``: ``startingOffsets`` applies at the first plan.
+
+        Constant on purpose: Spark calls it again to replay a first micro-batch that did not
+        commit, and the starting positions that batch read from are in its end offset.
+        """
         return SourceOffset(initial=True).to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -220,7 +227,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 lost_records=begin.lost_records,
                 pruned_partitions=begin.pruned_partitions,
             )
-        if same_offset(end, begin):
+        if nothing_new(end, begin):
             return start
         self._last_batch = now
         return end.to_dict()
