@@ -178,3 +178,41 @@ def test_bound_sinks_of_two_checkpoints_do_not_skip_each_other(tmp_path: Path) -
         assert not sink.is_committed(0)
         assert sink.commit(0, stage(sink, 0, 10)) is True
     assert len(DeltaTable(path).to_pyarrow_table()) == 20
+
+
+def test_log_is_checkpointed_and_expired_entries_deleted(
+    where: tuple[str, dict[str, str] | None],
+) -> None:
+    """delta-rs checkpoints the log and deletes expired entries after our commits."""
+    import time
+
+    path, options = where
+    sink = DeltaSink(
+        path,
+        partition_by=["topic"],
+        storage_options=options,
+        app_id="bounded",
+        table_properties={
+            "delta.checkpointInterval": "5",
+            "delta.logRetentionDuration": "interval 1 second",
+        },
+    )
+    sink.check(SCHEMA)
+    batches = 22
+    for batch_id in range(batches):
+        assert sink.commit(batch_id, stage(sink, batch_id, 6)) is True
+        if batch_id == 11:
+            time.sleep(1.5)  # entries up to here expire
+    loc = sfs.resolve(path, options)
+    log = sorted(i.base_name for i in sfs.list_files(loc, loc.join("_delta_log")))
+    assert any(n.endswith(".checkpoint.parquet") for n in log), log
+    assert f"{0:020d}.json" not in log and f"{5:020d}.json" not in log, log
+    assert sum(n.endswith(".json") for n in log) <= 15, log  # from the checkpoint before expiry
+    # The application transaction survives in the checkpoint: old batches stay committed.
+    again = DeltaSink(path, partition_by=["topic"], storage_options=options, app_id="bounded")
+    assert again.last_committed_batch() == batches - 1
+    assert again.is_committed(2)
+    assert again.commit(3, stage(again, 3, 6, key="r")) is False
+    table = DeltaTable(loc.delta_uri(), storage_options=loc.storage_options())
+    offsets = table.to_pyarrow_table(columns=["offset"]).column("offset").to_pylist()
+    assert sorted(offsets) == list(range(batches * 6))

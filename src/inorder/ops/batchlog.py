@@ -7,7 +7,9 @@
 * ``<checkpoint>/spark/commits/<batch_id>``: written when the batch finished; its mtime is
   when it ended.
 * ``<checkpoint>/engine/batches/<batch_id:020d>.json``: the batch's processing time (fixed
-  at its first run; processing-time timeouts fire against it).
+  at its first run; processing-time timeouts fire against it); older records are merged
+  into ``batches/upto-<batch_id:020d>.parquet`` (:meth:`CheckpointStore.batch_times` reads
+  both).
 
 Spark keeps only the newest ``spark.sql.streaming.minBatchesToRetain`` (default 100) entries
 of its logs; :attr:`BatchLog.complete` says whether the log still starts at batch 0.
@@ -148,16 +150,14 @@ def load_batch_log(spark_dir: str, engine: CheckpointStore | None = None) -> Bat
     commits_dir = os.path.join(root, "commits")
     committed = set(_ids(commits_dir))
     log = BatchLog()
-    for batch_id in _ids(offsets_dir):
+    offset_ids = _ids(offsets_dir)
+    times = engine.batch_times(offset_ids) if engine is not None else {}
+    for batch_id in offset_ids:
         path = os.path.join(offsets_dir, str(batch_id))
         offset = read_offsets_file(path)
         if offset is None:
             continue
-        processing: int | None = None
-        if engine is not None:
-            doc = engine.read_json("batches", f"{batch_id:020d}.json")
-            if doc is not None:
-                processing = int(doc["processing_time_us"])
+        processing = times.get(batch_id)
         log.batches.append(
             BatchEntry(
                 batch_id=batch_id,

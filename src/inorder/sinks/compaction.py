@@ -37,6 +37,7 @@ from inorder.sinks.parquet import (
     LiveFile,
     _listing,
     complete_manifest,
+    is_not_found,
     load_state,
     manifest_name,
     partition_dir,
@@ -122,7 +123,9 @@ def compact_parquet(
         return report
     if groups:
         comp_ids, _, _ = _listing(location, COMPACTIONS_DIR)
-        seq = (comp_ids[-1] + 1) if comp_ids else 0
+        # Records folded into a commit checkpoint may be deleted (never the newest one);
+        # the checkpoint's sequence number is a floor all the same.
+        seq = max(comp_ids[-1] if comp_ids else -1, planning.compaction_floor) + 1
         report.seq = seq
         _rewrite(location, planning.partition_by, groups, seq, compression)
     report.deleted = cleanup_parquet(location, grace_seconds)
@@ -202,10 +205,15 @@ def cleanup_parquet(location: sfs.Location, grace_seconds: float) -> list[str]:
         if seq not in done or seq in cleaned:
             continue
         base = location.join(COMPACTIONS_DIR, manifest_name(seq).removesuffix(".json"))
-        done_at = json.loads(sfs.read_bytes(location, base + ".done")).get("done_at", 0.0)
-        if now - float(done_at) < grace_seconds:
-            continue
-        manifest = read_manifest(location, f"{COMPACTIONS_DIR}/{manifest_name(seq)}")
+        try:
+            done_at = json.loads(sfs.read_bytes(location, base + ".done")).get("done_at", 0.0)
+            if now - float(done_at) < grace_seconds:
+                continue
+            manifest = read_manifest(location, f"{COMPACTIONS_DIR}/{manifest_name(seq)}")
+        except OSError as exc:
+            if is_not_found(exc):
+                continue  # cleaned by another compactor, then removed by a commit checkpoint
+            raise
         for rel in manifest["replaces"]:
             sfs.delete_quietly(location, location.join(rel))
             deleted.append(rel)

@@ -11,6 +11,13 @@ the table, so the commit is skipped and the new files are deleted.
 
 Files of attempts that never reach the driver (killed tasks) stay unreferenced until
 ``vacuum`` removes them (``inorder compact --format delta``).
+
+The transaction log stays bounded without help from the sink: after each commit delta-rs
+writes a log checkpoint every ``delta.checkpointInterval`` commits (default 100) and deletes
+log entries older than ``delta.logRetentionDuration`` (default 30 days) that precede a
+checkpoint; application transactions are carried in checkpoints, so the committed batch id
+survives the cleanup. ``table_properties`` sets these (or any other) properties when the
+sink creates the table.
 """
 
 from __future__ import annotations
@@ -107,6 +114,7 @@ class DeltaSink(Sink):
         compression: str = "zstd",
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
         compact: bool = False,
+        table_properties: Mapping[str, str] | None = None,
     ) -> None:
         if compression.lower() not in COMPRESSIONS:
             raise SinkError(f"compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
@@ -118,6 +126,7 @@ class DeltaSink(Sink):
         self.compression = compression.lower()
         self.target_file_size = int(target_file_size)
         self.compact = compact
+        self.table_properties = dict(table_properties) if table_properties else None
         self._location: sfs.Location | None = None
         self._schema: pa.Schema | None = None
 
@@ -181,6 +190,7 @@ class DeltaSink(Sink):
                     target,
                     partition_by=self.partition_by or None,
                     storage_options=loc.storage_options(),
+                    configuration=self.table_properties,
                 )
         except SinkError:
             raise

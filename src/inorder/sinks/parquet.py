@@ -7,6 +7,7 @@ Layout under the dataset root (``docs/sinks.md`` describes the protocol for read
     <root>/_inorder/staging/<batch_id>/<task_key>/<col>=<value>/part-<n:05d>.parquet
     <root>/_inorder/commits/<batch_id:020d>.json    batch manifest, created if absent
     <root>/_inorder/commits/<batch_id:020d>.done     the manifest's files are all published
+    <root>/_inorder/commits/<batch_id:020d>.checkpoint.json   live files as of that batch
     <root>/_inorder/compactions/<seq:020d>.json|.done|.cleaned
 
 Commit of batch ``B`` (driver):
@@ -23,18 +24,23 @@ Commit of batch ``B`` (driver):
 
 A crash anywhere before 3 leaves only staged files (invisible, deleted later); after 3 the
 manifest decides and step 4 is redone from it by the next process.
+
+Every ``checkpoint_interval`` batches the commit log is consolidated into a checkpoint and
+old manifests are deleted (:mod:`inorder.sinks.commit_checkpoint`); :func:`load_state`
+starts from the newest checkpoint.
 """
 
 from __future__ import annotations
 
 import base64
+import bisect
 import json
 import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +56,11 @@ META_DIR = "_inorder"
 STAGING_DIR = f"{META_DIR}/staging"
 COMMITS_DIR = f"{META_DIR}/commits"
 COMPACTIONS_DIR = f"{META_DIR}/compactions"
+CHECKPOINT_SUFFIX = ".checkpoint.json"
+#: A commit checkpoint is written every this many committed batches.
+DEFAULT_CHECKPOINT_INTERVAL = 100
+#: Manifests of this many batches before the newest checkpoint are kept.
+DEFAULT_MANIFEST_RETENTION = 100
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
@@ -313,20 +324,97 @@ class LiveFile:
     partition_values: dict[str, str | None]
 
 
+class BatchIds(Sequence[int]):
+    """Committed batch ids kept as inclusive ranges: a long history costs a few numbers."""
+
+    def __init__(self, ranges: Sequence[Sequence[int]] = ()) -> None:
+        self._ranges: list[list[int]] = []
+        for lo, hi in ranges:
+            self._extend(int(lo), int(hi))
+
+    def _extend(self, lo: int, hi: int) -> None:
+        if self._ranges and lo <= self._ranges[-1][1] + 1:
+            self._ranges[-1][1] = max(self._ranges[-1][1], hi)
+        else:
+            self._ranges.append([lo, hi])
+
+    def append(self, batch_id: int) -> None:
+        """Add ``batch_id`` (ids are added in increasing order)."""
+        self._extend(batch_id, batch_id)
+
+    def ranges(self) -> list[list[int]]:
+        """The ids as ``[first, last]`` inclusive ranges, in order."""
+        return [list(r) for r in self._ranges]
+
+    def __len__(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self._ranges)
+
+    def __iter__(self) -> Iterator[int]:
+        for lo, hi in self._ranges:
+            yield from range(lo, hi + 1)
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, int):
+            return False
+        i = bisect.bisect_right([lo for lo, _ in self._ranges], value) - 1
+        return i >= 0 and value <= self._ranges[i][1]
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        if index < 0:
+            index += len(self)
+        if index < 0:
+            raise IndexError(index)
+        for lo, hi in self._ranges:
+            if index <= hi - lo:
+                return lo + index
+            index -= hi - lo + 1
+        raise IndexError(index)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BatchIds):
+            return self._ranges == other._ranges
+        if isinstance(other, list):
+            return list(self) == other
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"BatchIds({self._ranges!r})"
+
+
 @dataclass
 class DatasetState:
     """The committed content of a dataset: live files plus what the manifests say."""
 
     files: dict[str, LiveFile]
-    batches: list[int]
+    batches: Sequence[int]
+    """Ids of the done batches (a :class:`BatchIds` when read by :func:`load_state`)."""
     compactions: list[int]
     schema: pa.Schema | None
     partition_by: list[str]
     pending: list[str]
     """Manifests (relative paths) whose publication is not marked done."""
+    checkpoint: int | None = None
+    """Batch id of the commit checkpoint the state was read from, if any."""
+    compaction_floor: int = -1
+    """Highest compaction sequence number folded into that checkpoint (-1: none)."""
+    owner: str | None = None
+    """Owner recorded in the checkpoint (the owner of its last batch)."""
 
 
 _MANIFEST_CACHE: dict[tuple[str, str], dict[str, Any]] = {}
+#: The newest commit checkpoint read per dataset: (relative path, parsed document).
+_CHECKPOINT_CACHE: dict[str, tuple[str, dict[str, Any]]] = {}
+#: How often :func:`load_state` starts over when metadata it listed was deleted meanwhile
+#: (by a checkpoint's cleanup); each retry sees a newer checkpoint.
+LOAD_ATTEMPTS = 8
 
 
 def read_manifest(location: sfs.Location, rel: str) -> dict[str, Any]:
@@ -339,6 +427,67 @@ def read_manifest(location: sfs.Location, rel: str) -> dict[str, Any]:
             _MANIFEST_CACHE.clear()
         _MANIFEST_CACHE[key] = cached
     return cached
+
+
+def forget_manifest(location: sfs.Location, rel: str) -> None:
+    """Drop a deleted manifest from the per-process cache."""
+    _MANIFEST_CACHE.pop((location.uri, rel), None)
+
+
+def checkpoint_name(batch_id: int) -> str:
+    """File name of the commit checkpoint of ``batch_id`` inside ``_inorder/commits``."""
+    return f"{batch_id:020d}{CHECKPOINT_SUFFIX}"
+
+
+def read_checkpoint(location: sfs.Location, batch_id: int) -> dict[str, Any]:
+    """Parse a commit checkpoint (immutable; the newest one per dataset is cached)."""
+    rel = f"{COMMITS_DIR}/{checkpoint_name(batch_id)}"
+    cached = _CHECKPOINT_CACHE.get(location.uri)
+    if cached is not None and cached[0] == rel:
+        return cached[1]
+    doc: dict[str, Any] = json.loads(sfs.read_bytes(location, location.join(rel)))
+    _CHECKPOINT_CACHE[location.uri] = (rel, doc)
+    return doc
+
+
+def is_not_found(exc: BaseException) -> bool:
+    """Whether an error from a filesystem call means the file does not exist."""
+    if isinstance(exc, FileNotFoundError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, OSError) and ("not found" in text or "does not exist" in text)
+
+
+@dataclass
+class CommitListing:
+    """One listing of ``_inorder/commits``."""
+
+    manifests: list[int]
+    done: set[int]
+    checkpoints: list[int]
+
+    @property
+    def newest_checkpoint(self) -> int | None:
+        """Batch id of the newest commit checkpoint."""
+        return self.checkpoints[-1] if self.checkpoints else None
+
+
+def list_commits(location: sfs.Location) -> CommitListing:
+    """Batch manifests, done markers and commit checkpoints in ``_inorder/commits``."""
+    listing = CommitListing([], set(), [])
+    for info in sfs.list_files(location, location.join(COMMITS_DIR)):
+        stem, _, ext = info.base_name.partition(".")
+        if not stem.isdigit():
+            continue
+        if ext == "json":
+            listing.manifests.append(int(stem))
+        elif ext == "done":
+            listing.done.add(int(stem))
+        elif "." + ext == CHECKPOINT_SUFFIX:
+            listing.checkpoints.append(int(stem))
+    listing.manifests.sort()
+    listing.checkpoints.sort()
+    return listing
 
 
 def _listing(location: sfs.Location, directory: str) -> tuple[list[int], set[int], set[int]]:
@@ -367,17 +516,57 @@ def load_state(location: sfs.Location, include_pending_compactions: bool = False
     listing sees, and a reader never counts a batch's rows twice or partially.
     ``include_pending_compactions`` also applies compactions not yet marked done: a
     compactor plans with them so that no file is ever replaced twice.
+
+    The state starts from the newest commit checkpoint (``<B>.checkpoint.json``: the live
+    files as of batch ``B`` and compaction ``S``), then applies the done manifests after
+    ``B`` and the compactions after ``S``. Manifests after a checkpoint are deleted only
+    once that checkpoint is deleted, so if the checkpoint still exists when everything was
+    read, nothing the state needed was missing; otherwise (or when a listed file vanished
+    under a cleanup) the read starts over from the newer checkpoint.
     """
+    for attempt in range(LOAD_ATTEMPTS):
+        try:
+            state = _load_state_once(location, include_pending_compactions)
+        except OSError as exc:
+            if not is_not_found(exc) or attempt == LOAD_ATTEMPTS - 1:
+                raise
+            continue
+        if state.checkpoint is None:
+            return state
+        rel = f"{COMMITS_DIR}/{checkpoint_name(state.checkpoint)}"
+        if sfs.exists(location, location.join(rel)):
+            return state
+    raise SinkError(
+        f"{location.uri}: the commit log changed under every one of {LOAD_ATTEMPTS} reads"
+    )
+
+
+def _load_state_once(location: sfs.Location, include_pending_compactions: bool) -> DatasetState:
     comp_ids, comp_done, _ = _listing(location, COMPACTIONS_DIR)
-    batch_ids, batch_done, _ = _listing(location, COMMITS_DIR)
+    listing = list_commits(location)
     files: dict[str, LiveFile] = {}
     schema: pa.Schema | None = None
     partition_by: list[str] = []
+    batches = BatchIds()
+    base = listing.newest_checkpoint
+    floor = -1
+    owner: str | None = None
+    if base is not None:
+        doc = read_checkpoint(location, base)
+        for entry in doc["files"]:
+            files[entry["final"]] = _live(entry)
+        batches = BatchIds(doc["batches"])
+        floor = int(doc["compaction_seq"])
+        if doc.get("schema"):
+            schema = decode_schema(doc["schema"])
+        partition_by = list(doc.get("partition_by", []))
+        owner = doc.get("owner")
     pending: list[str] = []
-    batches: list[int] = []
-    for bid in batch_ids:
+    for bid in listing.manifests:
+        if base is not None and bid <= base:
+            continue  # folded into the checkpoint
         rel = f"{COMMITS_DIR}/{manifest_name(bid)}"
-        if bid not in batch_done:
+        if bid not in listing.done:
             pending.append(rel)
             continue
         manifest = read_manifest(location, rel)
@@ -389,6 +578,8 @@ def load_state(location: sfs.Location, include_pending_compactions: bool = False
             files[entry["final"]] = _live(entry)
     compactions: list[int] = []
     for seq in comp_ids:
+        if seq <= floor:
+            continue  # folded into the checkpoint
         rel = f"{COMPACTIONS_DIR}/{manifest_name(seq)}"
         if seq not in comp_done:
             pending.append(rel)
@@ -400,7 +591,38 @@ def load_state(location: sfs.Location, include_pending_compactions: bool = False
             files.pop(old, None)
         for entry in manifest["files"]:
             files[entry["final"]] = _live(entry)
-    return DatasetState(files, batches, compactions, schema, partition_by, pending)
+    return DatasetState(
+        files, batches, compactions, schema, partition_by, pending, base, floor, owner
+    )
+
+
+def newest_checkpoint(location: sfs.Location) -> dict[str, Any] | None:
+    """The newest commit checkpoint of a dataset, ``None`` if it has none."""
+    for attempt in range(LOAD_ATTEMPTS):
+        newest = list_commits(location).newest_checkpoint
+        if newest is None:
+            return None
+        try:
+            return read_checkpoint(location, newest)
+        except OSError as exc:  # replaced by a newer one meanwhile
+            if not is_not_found(exc) or attempt == LOAD_ATTEMPTS - 1:
+                raise
+    return None
+
+
+def batch_owner(location: sfs.Location, batch_id: int) -> str | None:
+    """The owner recorded for a committed batch (its manifest, else the checkpoint's)."""
+    try:
+        owner = read_manifest(location, f"{COMMITS_DIR}/{manifest_name(batch_id)}").get("owner")
+        return None if owner is None else str(owner)
+    except OSError as exc:
+        if not is_not_found(exc):
+            raise
+    doc = newest_checkpoint(location)
+    if doc is None or batch_id > int(doc["batch_id"]):
+        return None
+    owner = doc.get("owner")
+    return None if owner is None else str(owner)
 
 
 def _live(entry: Mapping[str, Any]) -> LiveFile:
@@ -451,7 +673,10 @@ class ParquetSink(Sink):
     ``path`` is a local path, ``file://`` URI or ``s3://bucket/prefix``; S3 settings come
     from ``storage_options`` or the AWS_* environment variables (see :mod:`inorder.sinks.fs`).
     With ``compact=True`` the driver merges small files after each commit
-    (see :mod:`inorder.sinks.compaction`).
+    (see :mod:`inorder.sinks.compaction`). Every ``checkpoint_interval`` committed batches
+    the driver consolidates the commit log into one checkpoint and deletes manifests older
+    than ``manifest_retention`` batches before it (see :mod:`inorder.sinks.commit_checkpoint`);
+    ``checkpoint_interval=0`` keeps every manifest.
     """
 
     def __init__(
@@ -463,11 +688,17 @@ class ParquetSink(Sink):
         storage_options: Mapping[str, str] | None = None,
         compact: bool = False,
         compaction_grace_seconds: float = 3600.0,
+        checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
+        manifest_retention: int = DEFAULT_MANIFEST_RETENTION,
     ) -> None:
         if compression.lower() not in COMPRESSIONS:
             raise SinkError(f"compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
         if target_file_size <= 0:
             raise SinkError("target_file_size must be > 0")
+        if checkpoint_interval < 0:
+            raise SinkError(f"checkpoint_interval must be >= 0, not {checkpoint_interval}")
+        if manifest_retention < 1:
+            raise SinkError(f"manifest_retention must be >= 1, not {manifest_retention}")
         self.path = str(path)
         self.partition_by = list(partition_by)
         self.compression = compression.lower()
@@ -475,6 +706,10 @@ class ParquetSink(Sink):
         self.storage_options = dict(storage_options) if storage_options else None
         self.compact = compact
         self.compaction_grace_seconds = compaction_grace_seconds
+        self.checkpoint_interval = int(checkpoint_interval)
+        self.manifest_retention = int(manifest_retention)
+        self._checkpointed: int | None = None
+        """Batch id of the newest commit checkpoint, as of the last recovery or write."""
         self._location: sfs.Location | None = None
         self._schema: pa.Schema | None = None
         self._recovered = False
@@ -486,6 +721,7 @@ class ParquetSink(Sink):
         state = self.__dict__.copy()
         state["_location"] = None  # re-resolved on the executor
         state["_recovered"] = False
+        state["_checkpointed"] = None
         return state
 
     @property
@@ -523,7 +759,7 @@ class ParquetSink(Sink):
         last = self.last_committed_batch()
         if last is None:
             return
-        theirs = read_manifest(self.location, f"{COMMITS_DIR}/{manifest_name(last)}").get("owner")
+        theirs = batch_owner(self.location, last)
         if theirs != self.owner:
             raise SinkError(
                 f"{self.path}: already holds output committed by another pipeline checkpoint "
@@ -544,14 +780,20 @@ class ParquetSink(Sink):
         )
 
     def is_committed(self, batch_id: int) -> bool:
-        """Whether the manifest of ``batch_id`` exists (its publication is then certain)."""
+        """Whether the manifest of ``batch_id`` exists (its publication is then certain),
+        or a commit checkpoint records the batch (its manifest may have been deleted)."""
         loc = self.location
-        return sfs.exists(loc, loc.join(COMMITS_DIR, manifest_name(batch_id)))
+        if sfs.exists(loc, loc.join(COMMITS_DIR, manifest_name(batch_id))):
+            return True
+        # A manifest is deleted only after a checkpoint recording its batch exists.
+        doc = newest_checkpoint(loc)
+        return doc is not None and batch_id in BatchIds(doc["batches"])
 
     def last_committed_batch(self) -> int | None:
         """The highest committed batch id, ``None`` when nothing was committed."""
-        ids, _, _ = _listing(self.location, COMMITS_DIR)
-        return ids[-1] if ids else None
+        listing = list_commits(self.location)
+        ids = listing.manifests + listing.checkpoints
+        return max(ids) if ids else None
 
     def read_batches(self, first: int, last: int, columns: Sequence[str] | None = None) -> pa.Table:
         """The committed rows of batches ``first..last`` (by their ``batch_id`` column).
@@ -570,6 +812,17 @@ class ParquetSink(Sink):
             if not f.path.startswith(prefix):
                 raise SinkError(f"{self.path}: file {f.path} was not staged for batch {batch_id}")
         rel = f"{COMMITS_DIR}/{manifest_name(batch_id)}"
+        if self._checkpointed is not None and batch_id <= self._checkpointed:
+            # Its manifest may be gone: creating it again would publish the batch twice.
+            if not self.is_committed(batch_id):
+                raise SinkError(
+                    f"{self.path}: batch {batch_id} is older than the commit checkpoint of "
+                    f"batch {self._checkpointed} and was never committed"
+                )
+            for f in files:
+                sfs.delete_quietly(loc, loc.join(f.path))
+            self._clean_staging(batch_id)
+            return False
         ordered = sorted(
             files, key=lambda f: (partition_dir(self.partition_by, f.partition_values), f.path)
         )
@@ -618,7 +871,21 @@ class ParquetSink(Sink):
                 grace_seconds=self.compaction_grace_seconds,
                 compression=self.compression,
             )
+        self._maybe_checkpoint(batch_id)
         return True
+
+    def _maybe_checkpoint(self, batch_id: int) -> None:
+        """Consolidate the commit log once ``checkpoint_interval`` batches passed."""
+        if not self.checkpoint_interval:
+            return
+        last = -1 if self._checkpointed is None else self._checkpointed
+        if batch_id - last < self.checkpoint_interval:
+            return
+        from inorder.sinks.commit_checkpoint import write_checkpoint
+
+        written = write_checkpoint(self.location, self.manifest_retention)
+        if written is not None:
+            self._checkpointed = written
 
     def _recover(self) -> None:
         """Finish manifests a crashed process left half-published (once per process)."""
@@ -627,6 +894,7 @@ class ParquetSink(Sink):
         state = load_state(self.location)
         for rel in state.pending:
             complete_manifest(self.location, rel)
+        self._checkpointed = state.checkpoint
         self._recovered = True
 
     def _clean_staging(self, batch_id: int) -> None:
@@ -759,7 +1027,8 @@ def _select_batches(
 
 def _read_from_manifests(location: sfs.Location, first: int, last: int) -> pa.Table | None:
     """Rows of batches ``first..last`` from their done manifests; ``None`` if that is not
-    enough (a manifest not done, no schema recorded, or a file compacted away)."""
+    enough (a manifest not done or deleted after a checkpoint, no schema recorded, or a
+    file compacted away)."""
     files: dict[str, LiveFile] = {}
     schema: pa.Schema | None = None
     partition_by: list[str] = []
@@ -768,8 +1037,17 @@ def _read_from_manifests(location: sfs.Location, first: int, last: int) -> pa.Ta
         if not sfs.exists(location, location.join(rel.removesuffix(".json") + ".done")):
             if sfs.exists(location, location.join(rel)):
                 return None  # committed but not published yet: the full path finishes it
-            continue  # no such batch
-        manifest = read_manifest(location, rel)
+            # No such batch, or its manifest was deleted after a commit checkpoint.
+            newest = list_commits(location).newest_checkpoint
+            if newest is not None and bid <= newest:
+                return None
+            continue
+        try:
+            manifest = read_manifest(location, rel)
+        except OSError as exc:
+            if is_not_found(exc):
+                return None  # deleted after a commit checkpoint meanwhile
+            raise
         if not manifest.get("schema"):
             return None
         schema = decode_schema(manifest["schema"])

@@ -6,10 +6,17 @@ Layout under the checkpoint root::
     state/<topic>/<partition>/<version:020d>.delta.parquet      keys changed in batch <version>
     state/<topic>/<partition>/<version:020d>.snapshot.parquet   all keys after batch <version>
     batches/<batch_id:020d>.json                      the batch's processing time
+    batches/upto-<batch_id:020d>.parquet              processing times of batches <= that id
 
 A version is a micro-batch id. Files are written whole and appear atomically (temp file +
 rename locally, a single PUT on S3), so a reader never sees half a file; rewriting a version
 replaces it with identical content (batches are deterministic).
+
+Batch records are merged so that their number stays bounded: every
+:data:`BATCH_RECORDS_MERGE` batches the driver writes one ``upto-<C>.parquet`` holding every
+processing time up to batch ``C`` (the previous merged file plus the single records), then
+deletes the single records and merged files it covers. A crash in between leaves records
+present twice with the same values; readers (:meth:`CheckpointStore.batch_times`) take both.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +48,9 @@ from inorder.sinks.fs import (
 )
 
 _FILE = re.compile(r"^(-?\d{19,20})\.(delta|snapshot)\.parquet$")
+_MERGED = re.compile(r"^upto-(\d{20})\.parquet$")
+#: Single batch records are merged every this many batches (the newest ones stay single).
+BATCH_RECORDS_MERGE = 100
 
 #: Arrow schema of delta and snapshot files (one row per key).
 STATE_FILE_SCHEMA = pa.schema(
@@ -145,9 +155,96 @@ class CheckpointStore:
         found = self.read_json("batches", name)
         if found is not None:
             return int(found["processing_time_us"])
+        merged_upto, merged_path = self._merged_batch_file()
+        if merged_path is not None and batch_id <= merged_upto:
+            known = self._read_merged(merged_path).get(batch_id)
+            if known is not None:
+                return known
         now = time.time_ns() // 1000
         self.write_json({"batch_id": batch_id, "processing_time_us": now}, "batches", name)
+        n = BATCH_RECORDS_MERGE
+        if batch_id % n == 0 and batch_id >= 2 * n:
+            self.merge_batch_times(batch_id - n)
         return now
+
+    def _merged_batch_file(self) -> tuple[int, str | None]:
+        """The newest merged batch-record file: (last batch it holds, path)."""
+        best: tuple[int, str | None] = (-1, None)
+        for info in list_files(self.location, self.path("batches")):
+            m = _MERGED.match(info.base_name)
+            if m and int(m.group(1)) > best[0]:
+                best = (int(m.group(1)), info.path)
+        return best
+
+    def _read_merged(self, path: str) -> dict[int, int]:
+        table = pq.read_table(io.BytesIO(read_bytes(self.location, path)))
+        ids = table.column("batch_id").to_pylist()
+        times = table.column("processing_time_us").to_pylist()
+        return dict(zip(ids, times, strict=True))
+
+    def batch_times(self, wanted: Iterable[int] | None = None) -> dict[int, int]:
+        """Recorded processing times (of the ``wanted`` batch ids only, if given)."""
+        keep = None if wanted is None else set(wanted)
+        for attempt in range(3):
+            try:
+                return self._batch_times(keep)
+            except OSError as exc:  # a merge deleted what was listed: list again
+                text = str(exc).lower()
+                missing = isinstance(exc, FileNotFoundError) or "not found" in text
+                if not missing or attempt == 2:
+                    raise
+        return {}
+
+    def _batch_times(self, keep: set[int] | None) -> dict[int, int]:
+        times: dict[int, int] = {}
+        _, merged_path = self._merged_batch_file()
+        if merged_path is not None:
+            for bid, us in self._read_merged(merged_path).items():
+                if keep is None or bid in keep:
+                    times[bid] = us
+        for info in list_files(self.location, self.path("batches")):
+            stem = info.base_name.removesuffix(".json")
+            if stem == info.base_name or not stem.lstrip("-").isdigit():
+                continue
+            bid = int(stem)
+            if bid in times or (keep is not None and bid not in keep):
+                continue
+            doc = json.loads(read_bytes(self.location, info.path))
+            times[bid] = int(doc["processing_time_us"])
+        return times
+
+    def merge_batch_times(self, upto: int) -> None:
+        """Merge every batch record up to ``upto`` into one file, then delete what it covers."""
+        merged_upto, merged_path = self._merged_batch_file()
+        if upto <= merged_upto:
+            return
+        times = self._read_merged(merged_path) if merged_path is not None else {}
+        singles: list[str] = []
+        for info in list_files(self.location, self.path("batches")):
+            stem = info.base_name.removesuffix(".json")
+            if stem != info.base_name and stem.lstrip("-").isdigit() and int(stem) <= upto:
+                doc = json.loads(read_bytes(self.location, info.path))
+                times[int(stem)] = int(doc["processing_time_us"])
+                singles.append(info.path)
+        ids = sorted(times)
+        table = pa.table(
+            {
+                "batch_id": pa.array(ids, pa.int64()),
+                "processing_time_us": pa.array([times[i] for i in ids], pa.int64()),
+            }
+        )
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer, compression="zstd")
+        write_bytes(
+            self.location, self.path("batches", f"upto-{upto:020d}.parquet"), buffer.getvalue()
+        )
+        # Only once the merged file exists: what it covers may go.
+        for path in singles:
+            delete_quietly(self.location, path)
+        for info in list_files(self.location, self.path("batches")):
+            m = _MERGED.match(info.base_name)
+            if m and int(m.group(1)) < upto:
+                delete_quietly(self.location, info.path)
 
     # -- versioned state files ---------------------------------------------------------------
 
