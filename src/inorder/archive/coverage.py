@@ -24,7 +24,7 @@ from inorder.errors import InorderError
 from inorder.kafka.consumer import SOURCE_ARROW_SCHEMA
 from inorder.records import TopicPartition
 from inorder.sinks import fs as sfs
-from inorder.sinks.parquet import COMMITS_DIR, load_state, manifest_name, read_manifest
+from inorder.sinks.parquet import file_batch_id, load_state
 
 
 class ArchiveError(InorderError):
@@ -100,7 +100,19 @@ def load_coverage(path: str, storage_options: Mapping[str, str] | None = None) -
         state = load_state(location)
     except (OSError, InorderError) as exc:
         raise ArchiveError(f"archive {path}: cannot be read: {exc}") from None
-    live = set(state.files)
+    # Files by batch from their names (``part-<batch>-...``): the sink folds old manifests
+    # into checkpoints, so a long archive has no per-batch manifest to read.
+    by_batch: dict[int, dict[TopicPartition, list[str]]] = {}
+    for rel, live in sorted(state.files.items()):
+        bid = file_batch_id(rel)
+        if bid is None:
+            raise ArchiveError(
+                f"archive {path}: file {rel} is not a batch file (compacted); tiered reads "
+                "need the archive's batch files, do not compact it"
+            )
+        values = live.partition_values
+        tp = TopicPartition(str(values.get("topic")), int(values.get("partition") or 0))
+        by_batch.setdefault(bid, {}).setdefault(tp, []).append(location.join(rel))
     parts: dict[TopicPartition, PartitionCoverage] = {}
     for bid in state.batches:
         ranges = read_index(location, bid)
@@ -109,17 +121,7 @@ def load_coverage(path: str, storage_options: Mapping[str, str] | None = None) -
                 f"archive {path}: batch {bid} has no offset index ({bid:020d}.json): "
                 "not written by `inorder archive`"
             )
-        manifest = read_manifest(location, f"{COMMITS_DIR}/{manifest_name(bid)}")
-        by_tp: dict[TopicPartition, list[str]] = {}
-        for entry in manifest["files"]:
-            values = entry.get("partition_values", {})
-            tp = TopicPartition(str(values.get("topic")), int(values.get("partition") or 0))
-            if entry["final"] not in live:
-                raise ArchiveError(
-                    f"archive {path}: file {entry['final']} of batch {bid} was replaced "
-                    "(compacted); tiered reads need the archive's batch files, do not compact it"
-                )
-            by_tp.setdefault(tp, []).append(location.join(entry["final"]))
+        by_tp = by_batch.get(bid, {})
         for r in ranges:
             _add(parts, path, r, tuple(by_tp.get(TopicPartition(r.topic, r.partition), ())))
     return Coverage(path, parts, len(state.batches))
