@@ -12,6 +12,7 @@ export PYSPARK_PYTHON="$PWD/$VENV/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/$VENV/
 
 echo "== ruff"
 "$VENV/bin/ruff" check src tests bench examples
+"$VENV/bin/ruff" format --check src tests bench examples
 echo "== mypy --strict (package)"
 "$VENV/bin/mypy" --strict src/inorder
 echo "== pytest"
