@@ -114,14 +114,9 @@ def read_index(location: sfs.Location, batch_id: int) -> list[ArchivedRange] | N
     if cached is not None:
         return cached
     path = location.join(INDEX_DIR, index_name(batch_id))
-    try:
-        data = sfs.read_bytes(location, path)
-    except FileNotFoundError:
+    data = sfs.read_bytes_if_exists(location, path)
+    if data is None:
         return None
-    except OSError as exc:
-        if "not found" in str(exc).lower() or "does not exist" in str(exc).lower():
-            return None
-        raise
     ranges = [ArchivedRange.from_json(r) for r in json.loads(data)["ranges"]]
     if len(_INDEX_CACHE) > 200_000:
         _INDEX_CACHE.clear()

@@ -182,9 +182,15 @@ class PartitionBackend:
 
     def spec(self, batch_id: int) -> TaskSpec:
         """The task spec of ``batch_id`` (records the batch's processing time)."""
+        return self._spec(batch_id, None)
+
+    def _spec(self, batch_id: int, processing_us: int | None) -> TaskSpec:
+        """The task spec; ``processing_us=None`` reads (or records) the batch's time."""
         if not self._checked:
             self.check()
         assert self._schema is not None
+        if processing_us is None:
+            processing_us = self.checkpoint.batch_time_us(batch_id)
         forget_msgspec_caches(self._types.msg, self._types.state, self._types.out)
         return TaskSpec(
             processor=self.processor,
@@ -197,7 +203,7 @@ class PartitionBackend:
             state_type=self._types.state,
             epoch=self._epoch,
             batch_id=batch_id,
-            processing_us=self.checkpoint.batch_time_us(batch_id),
+            processing_us=processing_us,
             dead_letter_sink=self.dead_letter_sink,
             state_options=self.state_options,
         )

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from inorder.codecs.base import Codec
 from inorder.engine.keygroups import ROUTED_DDL, RouteSpec, route_task
-from inorder.engine.partition import BatchReport, PartitionBackend, forget_msgspec_caches
+from inorder.engine.partition import BatchReport, PartitionBackend
 from inorder.engine.task import INPUT_EXPRS, TaskSpec
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
@@ -115,25 +115,7 @@ class SparkBackend(PartitionBackend):
 
     def stream_spec(self) -> TaskSpec:
         """The task spec shipped with the query (batch id and time are set per batch)."""
-        if not self._checked:
-            self.check()
-        assert self._schema is not None
-        forget_msgspec_caches(self._types.msg, self._types.state, self._types.out)
-        return TaskSpec(
-            processor=self.processor,
-            codec=self.codec,
-            integrity=self.integrity,
-            checkpoint=self.checkpoint,
-            sink=self.sink,
-            output_schema=self._schema,
-            out_type=self._types.out,
-            state_type=self._types.state,
-            epoch=self._epoch,
-            batch_id=-1,
-            processing_us=0,
-            dead_letter_sink=self.dead_letter_sink,
-            state_options=self.state_options,
-        )
+        return self._spec(-1, 0)
 
     def prepare_stream(self, df: Any) -> Any:
         """The streaming DataFrame of per-group result rows, from the source's stream."""

@@ -45,6 +45,7 @@ from inorder.engine.keygroups import streaming_batch_id
 from inorder.engine.task import TaskSpec, _headers_of_json, task_result, write_dead_letters
 from inorder.records import TopicPartition
 from inorder.sinks.base import BatchWriter, WrittenFile
+from inorder.state.cache import entry_row
 from inorder.state.entry import KeyEntry, PartitionMeta
 
 #: Schema of the ``entries`` MapState: user key, then the KeyEntry fields.
@@ -223,16 +224,7 @@ def routed_rows(frame: Any) -> list[Routed]:
 
 
 def _entry_value(entry: KeyEntry, encode: Any) -> _Raw:
-    return (
-        None if entry.state is None else encode(entry.state),
-        entry.last_offset,
-        entry.last_ts,
-        entry.kafka_key,
-        entry.seq,
-        entry.timer,
-        entry.timer_kind,
-        entry.ignored,
-    )
+    return entry_row(entry, None if entry.state is None else encode(entry.state))
 
 
 def _sorted_by_offset(rows: list[Any]) -> list[Any]:

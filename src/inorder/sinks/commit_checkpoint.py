@@ -187,12 +187,8 @@ def cleanup_commit_log(
 
 
 def _read_json(location: sfs.Location, rel: str) -> dict[str, Any] | None:
-    try:
-        loaded: dict[str, Any] = json.loads(sfs.read_bytes(location, location.join(rel)))
-    except FileNotFoundError:
+    data = sfs.read_bytes_if_exists(location, location.join(rel))
+    if data is None:
         return None
-    except OSError as exc:
-        if "not found" in str(exc).lower() or "does not exist" in str(exc).lower():
-            return None
-        raise
+    loaded: dict[str, Any] = json.loads(data)
     return loaded

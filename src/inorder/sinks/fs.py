@@ -371,6 +371,22 @@ def read_bytes(location: Location, path: str) -> bytes:
     return data
 
 
+def read_bytes_if_exists(location: Location, path: str) -> bytes | None:
+    """Whole content of a small object, or ``None`` when it does not exist.
+
+    S3 reports a missing key as an ``OSError`` whose text says so, not ``FileNotFoundError``.
+    """
+    try:
+        return read_bytes(location, path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        text = str(exc).lower()
+        if "not found" in text or "does not exist" in text:
+            return None
+        raise
+
+
 def write_bytes(location: Location, path: str, data: bytes) -> None:
     """Write a small object (overwriting); locally via a temp file + rename."""
     if location.s3 is None:

@@ -43,6 +43,7 @@ from inorder.sinks.fs import (
     delete_quietly,
     list_files,
     read_bytes,
+    read_bytes_if_exists,
     resolve,
     write_bytes,
 )
@@ -122,15 +123,9 @@ class CheckpointStore:
 
     def read_json(self, *parts: str) -> dict[str, Any] | None:
         """A JSON document, or ``None`` when absent."""
-        path = self.path(*parts)
-        try:
-            data = read_bytes(self.location, path)
-        except FileNotFoundError:
+        data = read_bytes_if_exists(self.location, self.path(*parts))
+        if data is None:
             return None
-        except OSError as exc:
-            if "not found" in str(exc).lower() or "does not exist" in str(exc).lower():
-                return None
-            raise
         loaded: dict[str, Any] = json.loads(data)
         return loaded
 
