@@ -221,6 +221,12 @@ def inorder_run(
                 if k not in ("cache_hit", "cache_reused", "caught_up"):
                     timings[k] = timings.get(k, 0.0) + v
     batches = [progress[b] for b in sorted(progress)]
+    # Where the trigger time goes (Spark's phases, summed over the data batches after the
+    # first): planning and offset-log work vs the foreachBatch body (addBatch).
+    phases: dict[str, float] = {}
+    for p in batches[1:]:
+        for k, v in p["durationMs"].items():
+            phases[k] = phases.get(k, 0.0) + float(v) / 1000.0
     return {
         "whole": total / wall,
         "steady": _steady(batches),
@@ -230,6 +236,7 @@ def inorder_run(
         else 0,
         "output_rows": summary.output_rows,
         "task_seconds": timings,
+        "spark_phase_seconds": phases,
     }
 
 

@@ -27,6 +27,7 @@ from inorder.errors import ConfigError
 from inorder.kafka import KafkaSource
 from inorder.kafka.lag import lag_from_progress
 from inorder.kafka.markers import parse_marker
+from inorder.records import TopicPartition
 
 SCRIPT = Path(__file__).parent / "scripts" / "kafka_exactly_once.py"
 Batches = list[tuple[int, list[Any]]]
@@ -123,7 +124,15 @@ def test_available_now_reads_everything_in_order_within_max_offsets(
     # fair split: every batch reads from all three partitions while each has a backlog
     assert {r.partition for r in batches[0][1]} == {0, 1, 2}
     assert {r.partition for r in batches[1][1]} == {0, 1, 2}
+    # Lag per partition while the backlog is read: 900 - 200 after the first batch, in the
+    # query's own progress; records per trigger are its input rows.
+    first = next(p for p in query.recentProgress if int(p["numInputRows"]) > 0)
+    assert int(first["numInputRows"]) == 200
+    lag = lag_from_progress(first)
+    assert set(lag) == {TopicPartition(topic, p) for p in range(3)}
+    assert sum(lag.values()) == 700 and all(v > 0 for v in lag.values())
     progress = query.lastProgress
+    assert set(lag_from_progress(progress)) == set(lag)
     assert sum(lag_from_progress(progress).values()) == 0
 
 

@@ -168,6 +168,45 @@ def test_deleted_topic_is_pruned_and_loss_only_with_unread_records() -> None:
     assert [e.kind for e in lossy.losses] == [LossKind.DELETED]
 
 
+class _TopicInTransition:
+    """Admin stand-in: topic ``a`` is listed with a metadata error (no leader), then heals."""
+
+    def __init__(self) -> None:
+        self.healthy = False
+        self.errored_topics: frozenset[str] = frozenset()
+
+    def check_subscription(self) -> None:
+        pass
+
+    def discover(self) -> list[TP]:
+        self.errored_topics = frozenset() if self.healthy else frozenset({"a"})
+        return [A0] if self.healthy else []
+
+    def watermarks(self, tps: object) -> tuple[dict[TP, Watermarks], set[TP]]:
+        wanted = set(tps)  # type: ignore[call-overload]
+        if self.healthy:
+            return {tp: Watermarks(0, 20) for tp in wanted}, set()
+        return {}, wanted
+
+
+def test_a_topic_with_a_metadata_error_is_kept_not_pruned_and_not_reread() -> None:
+    from inorder.kafka.source import KafkaStreamReader
+
+    reader = KafkaStreamReader(parse_options(BASE))
+    admin = _TopicInTransition()
+    reader._admin = admin  # type: ignore[assignment]
+    start = SourceOffset({A0: 10}).to_dict()
+    during = SourceOffset.from_dict(reader.latestOffset(start, reader.getDefaultReadLimit()))
+    assert dict(during.positions) == {A0: 10} and during.pruned_partitions == 0
+    admin.healthy = True
+    reader._last_discovery = float("-inf")
+    after = SourceOffset.from_dict(
+        reader.latestOffset(during.to_dict(), reader.getDefaultReadLimit())
+    )
+    # Read on from where it was (10), not again from its start as a new topic.
+    assert [(r.start, r.end) for r in plan_ranges(during, after, markers=False)] == [(10, 20)]
+
+
 def test_offset_beyond_end_is_a_reset_and_pruned() -> None:
     result = next_offset(SourceOffset({A0: 50}), watermarks={A0: Watermarks(0, 3)})
     assert [e.kind for e in result.losses] == [LossKind.RESET]
@@ -295,6 +334,28 @@ def test_kafka_source_to_options_round_trips_through_the_parser() -> None:
         KafkaSource(bootstrap_servers="h", topics=["a"], topic_pattern="b").to_options()
     assign = KafkaSource(bootstrap_servers="h", assign={"a": [0, 1]}).to_options()
     assert parse_options(assign).assign == (A0, A1)
+
+
+def test_kafka_source_options_by_spark_name_win_over_fields() -> None:
+    by_time = KafkaSource(
+        bootstrap_servers="h", topics=["a"], options={"startingTimestamp": "1700000000000"}
+    )
+    parsed = parse_options(by_time.to_options())
+    assert parsed.starting_timestamp == 1700000000000
+    per_partition = KafkaSource(
+        bootstrap_servers="h",
+        topics=["a"],
+        options={"startingOffsetsByTimestamp": json.dumps({"a": {"0": 1700000000000}})},
+    )
+    assert parse_options(per_partition.to_options()).starting_timestamps == {A0: 1700000000000}
+    other_case = KafkaSource(
+        bootstrap_servers="h", topics=["a"], options={"startingoffsets": "latest"}
+    )
+    assert parse_options(other_case.to_options()).starting_offsets == "latest"
+    with pytest.raises(ConfigError, match="maxOffsetsPerTrigger"):
+        parse_options(
+            KafkaSource(bootstrap_servers="h", topics=["a"], max_offsets_per_trigger=0).to_options()
+        )
 
 
 # -- markers and lag -----------------------------------------------------------------------

@@ -42,6 +42,9 @@ class KafkaAdmin:
 
         self._options = options
         self._timeout = options.metadata_timeout_ms / 1000.0
+        #: Topics the last metadata answer listed with an error (e.g. no leader right now).
+        #: They exist: the planner neither prunes them nor starts them as new.
+        self.errored_topics: frozenset[str] = frozenset()
         conf: dict[str, Any] = client_config(options)
         conf.setdefault("socket.connection.setup.timeout.ms", str(options.metadata_timeout_ms))
         conf.setdefault("logger", KAFKA_LOG)
@@ -63,10 +66,17 @@ class KafkaAdmin:
         except Exception as exc:
             raise self._unreachable(exc) from None
         topics: dict[str, int] = {}
+        errored: set[str] = set()
         for name, meta in metadata.topics.items():
-            if name in INTERNAL_TOPICS or meta.error is not None:
+            if name in INTERNAL_TOPICS:
+                continue
+            if meta.error is not None:
+                # A deleted topic is absent from the answer; one listed with an error exists
+                # and is passing through a transient state (leader election, creation).
+                errored.add(name)
                 continue
             topics[name] = len(meta.partitions)
+        self.errored_topics = frozenset(errored)
         return topics
 
     def discover(self) -> list[TopicPartition]:

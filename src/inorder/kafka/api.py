@@ -97,7 +97,7 @@ class KafkaSource:
             if isinstance(starting, str)
             else json.dumps({t: dict(p) for t, p in starting.items()})
         )
-        if self.max_offsets_per_trigger:
+        if self.max_offsets_per_trigger is not None:  # 0 too: the parser rejects it by name
             opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         opts["failOnDataLoss"] = "true" if self.fail_on_data_loss else "false"
         opts["includeHeaders"] = "true" if self.include_headers else "false"
@@ -106,7 +106,16 @@ class KafkaSource:
         opts["newTopicStartingOffsets"] = self.new_topic_starting_offsets
         for key, value in self.kafka_options.items():
             opts[key if key.startswith("kafka.") else f"kafka.{key}"] = str(value)
-        opts.update({k: str(v) for k, v in self.options.items()})
+        extra = {k: str(v) for k, v in self.options.items()}
+        lowered = {k.lower() for k in extra}
+        # An option given by its Spark name in `options` wins over the field's value (names
+        # are case-insensitive); a timestamp start replaces the default startingOffsets.
+        if lowered & {"startingoffsetsbytimestamp", "startingtimestamp"} and (
+            self.starting_offsets == "earliest"
+        ):
+            lowered.add("startingoffsets")
+        opts = {k: v for k, v in opts.items() if k.lower() not in lowered}
+        opts.update(extra)
         return opts
 
     def check(self, extra_options: Mapping[str, str] | None = None) -> None:

@@ -36,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from inorder.errors import ConfigError, DataLossError
+from inorder.errors import ConfigError, DataLossError, InorderError
 from inorder.kafka.admin import KafkaAdmin
 from inorder.kafka.consumer import read_range
 from inorder.kafka.offsets import EARLIEST, LATEST, SourceOffset
@@ -154,7 +154,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the target: every partition known now, at its current end."""
         known = self._known_partitions(force=True)
-        marks, _ = self._client().watermarks(known)
+        marks, failed = self._client().watermarks(known)
+        # A partition left out of the target would be silently never read by this query:
+        # retry briefly, then fail naming it.
+        deadline = time.monotonic() + self._options.metadata_timeout_ms / 1000.0
+        while failed and time.monotonic() < deadline:
+            time.sleep(0.5)
+            more, failed = self._client().watermarks(failed)
+            marks.update(more)
+        if failed:
+            names = ", ".join(str(tp) for tp in sorted(failed))
+            raise InorderError(
+                f"Trigger.AvailableNow: the end offsets of {names} could not be read within "
+                f"{self._options.metadata_timeout_ms} ms (inorder.metadataTimeoutMs)"
+            )
         self._target = {tp: wm.high for tp, wm in marks.items()}
         log.info("inorder-kafka: Trigger.AvailableNow target fixed for %d partitions", len(marks))
 
@@ -174,8 +187,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 more, _ = self._client().watermarks(still)
                 marks.update(more)
         known_set = set(known)
-        gone = [tp for tp in begin.positions if tp not in known_set]
-        transient = {tp for tp in begin.positions if tp in known_set and tp not in marks}
+        # A topic listed with a metadata error still exists: pruning it would re-read it
+        # from its start (as a new topic) once the error clears, duplicating every record.
+        errored = self._client().errored_topics
+        gone = [tp for tp in begin.positions if tp not in known_set and tp.topic not in errored]
+        transient = {
+            tp
+            for tp in begin.positions
+            if (tp not in marks) and (tp in known_set or tp.topic in errored)
+        }
         new = [tp for tp in known if tp not in begin.positions and tp in marks]
         if self._target is not None:
             new = [tp for tp in new if tp in self._target]
