@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from inorder.errors import ConfigError
 from inorder.kafka import KafkaSource
-from inorder.kafka.lag import lag_from_progress
+from inorder.kafka.lag import lag_from_progress, source_counters
 from inorder.kafka.markers import parse_marker
 from inorder.records import TopicPartition
 
@@ -234,9 +234,18 @@ def test_topics_and_partitions_appear_and_disappear_mid_run(
             admin.delete_topics([doomed])[doomed].result(15)
             state["stage"] = 1
             state["at"] = len(batches)
-        return state["stage"] == 1 and len(seen) == 25 + 7 + 4
+        return state["stage"] == 1 and len(seen) == 25 + 7 + 4 and pruned() >= 1
 
-    batches, _ = run_query(
+    def pruned() -> int:
+        # The deleted topic must have been planned away (logged and counted), not just unread.
+        counts = [
+            source_counters(p)["prunedPartitions"]
+            for q in spark.streams.active
+            for p in q.recentProgress
+        ]
+        return max(counts, default=0)
+
+    batches, query = run_query(
         spark,
         df,
         tmp_path / "ck",
@@ -251,6 +260,7 @@ def test_topics_and_partitions_appear_and_disappear_mid_run(
     )
     # bounded: picked up within a handful of triggers after they appeared
     assert len(batches) - state["at"] <= 12
+    assert source_counters(query.lastProgress) == {"lostRecords": 0, "prunedPartitions": 1}
 
 
 # -- transactions and data loss ----------------------------------------------------------
