@@ -136,6 +136,47 @@ def test_available_now_reads_everything_in_order_within_max_offsets(
     assert sum(lag_from_progress(progress).values()) == 0
 
 
+def test_assign_starting_positions_and_headers_like_sparks_connector(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    topic = kafka.new_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    base_ms = int(time.time() * 1000) - 3_600_000  # recent: older records expire by retention
+    for i in range(10):
+        for p in range(2):
+            producer.produce(
+                topic,
+                value=f"p{p}-{i}".encode(),
+                partition=p,
+                timestamp=base_ms + i * 1000,
+                headers=[("h", f"{i}".encode())],
+            )
+    producer.flush(30)
+
+    def read(name: str, **kw: Any) -> list[Any]:
+        df = source(kafka, **kw).load(spark)
+        batches, _ = run_query(spark, df, tmp_path / name, trigger={"availableNow": True})
+        return [r for _, rows in batches for r in rows]
+
+    # assign + per-partition JSON start + headers: only partition 1, from offset 3.
+    rows = read(
+        "assign",
+        assign={topic: [1]},
+        starting_offsets={topic: {"1": 3}},
+        include_headers=True,
+    )
+    assert [(r.partition, r.offset) for r in rows] == [(1, o) for o in range(3, 10)]
+    assert [[(h.key, bytes(h.value)) for h in r.headers] for r in rows] == [
+        [("h", f"{o}".encode())] for o in range(3, 10)
+    ]
+    assert all(r.timestampType == 0 for r in rows)  # CreateTime
+    # startingTimestamp: the first record at or after the time, in every partition.
+    rows = read("ts", topics=[topic], options={"startingTimestamp": str(base_ms + 7_500)})
+    assert sorted((r.partition, r.offset) for r in rows) == [(p, o) for p in (0, 1) for o in (8, 9)]
+    # startingOffsets latest: nothing of the backlog.
+    assert read("latest", topics=[topic], starting_offsets="latest") == []
+
+
 def test_markers_start_every_task_and_ticks_run_batches_without_data(
     spark: Any, kafka: Any, tmp_path: Path
 ) -> None:
