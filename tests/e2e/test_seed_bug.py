@@ -22,7 +22,7 @@ from inorder.dev.verify import verify_tables
 from inorder.pipeline.config import build_pipeline, validate
 from inorder.sessions.rebuild import read_changes, rebuild_tables
 
-SCRIPT = Path(__file__).parent / "scripts" / "naive_vanilla_sessions.py"
+SCRIPT = Path(__file__).parents[2] / "examples" / "vanilla_seed_bug.py"
 
 
 def test_vanilla_leaves_stuck_rows_where_inorder_is_exact(

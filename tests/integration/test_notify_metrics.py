@@ -114,18 +114,38 @@ def test_run_reports_violations_failure_and_metrics(
     assert value("inorder_last_committed_batch", {"pipeline": "ops"}) == summary.last_batch_id
     for rule, n in summary.violations.items():
         assert value("inorder_violations_total", {"pipeline": "ops", "rule": rule}) == n
+    # Per partition: only the simulated topic's partitions, adding up to the totals by rule.
+    assert summary.violations_by_partition
+    summed: dict[str, int] = {}
+    for partition, counts in summary.violations_by_partition.items():
+        assert partition.startswith(prefix) and partition.endswith("]"), partition
+        for rule, n in counts.items():
+            summed[rule] = summed.get(rule, 0) + n
+            labels = {"pipeline": "ops", "partition": partition, "rule": rule}
+            assert value("inorder_partition_violations_total", labels) == n
+    assert summed == summary.violations
 
     # The metrics as scraped while a run is live (numbers from the finished run above).
     live = MetricsExporter(port=0, pipeline="ops")
     live.on_start()
     try:
         assert live.port is not None and live.port > 0
-        live.on_batch(progress(7, 100, violations={"seq_gap": 2}), {"t[0]": 5, "t[1]": 0})
+        live.on_batch(
+            progress(
+                7,
+                100,
+                violations={"seq_gap": 2},
+                violations_by_partition={"t[0]": {"seq_gap": 1}, "t[1]": {"seq_gap": 1}},
+            ),
+            {"t[0]": 5, "t[1]": 0},
+        )
         live.on_batch(progress(8, 50, violations={"seq_gap": 1, "undecodable": 1}), {"t[0]": 0})
         values = scrape(live.port)
         assert values[("inorder_records_total", ())] == 150
         assert values[("inorder_violations_total", (("rule", "seq_gap"),))] == 3
         assert values[("inorder_violations_total", (("rule", "undecodable"),))] == 1
+        by_tp = (("partition", "t[1]"), ("rule", "seq_gap"))
+        assert values[("inorder_partition_violations_total", by_tp)] == 1
         assert values[("inorder_lag_records", (("partition", "t[0]"),))] == 0
         assert values[("inorder_lag_records", (("partition", "t[1]"),))] == 0
         assert values[("inorder_last_committed_batch", ())] == 8

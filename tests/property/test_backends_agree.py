@@ -15,13 +15,14 @@ identical; under ``fail`` all three raise the same error.
 
 from __future__ import annotations
 
+import random
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pyarrow.parquet as pq
 import pytest
@@ -46,6 +47,7 @@ from tests.property.procs import MsgCodec, Row, Tallier, Tally, record, register
 OPS = ["add"] * 6 + ["pt", "bad", "start", "end", "clear", "undecodable"]
 KEYS = ["a", "b", "c", "d"]
 GROUPS = 3
+T = TypeVar("T")
 
 
 class Tallier2(Tallier):
@@ -60,56 +62,107 @@ class Tallier2(Tallier):
         yield Row(key, "timeout", state.n, state.total, None)
 
 
-@st.composite
-def scenarios(draw: st.DrawFn) -> dict[str, Any]:
-    n_parts = draw(st.integers(1, 2))
-    n_batches = draw(st.integers(1, 3))
+TIERS_AND_POLICIES = [
+    ("strict", "fail"),
+    ("strict", "dead_letter"),
+    ("strict", "restart_session"),
+    ("fuzzy", "fail"),
+    ("fuzzy", "dead_letter"),
+    ("fuzzy", "restart_session"),
+    ("none", "fail"),
+]
+
+
+class Choose(Protocol):
+    """Where a scenario's choices come from: Hypothesis (shrinkable) or a seeded Random."""
+
+    def integer(self, lo: int, hi: int) -> int:
+        """An integer in [lo, hi]."""
+        ...
+
+    def pick(self, options: Sequence[T]) -> T:
+        """One of the options."""
+        ...
+
+
+class DrawChoose:
+    """Choices drawn by Hypothesis."""
+
+    def __init__(self, draw: st.DrawFn) -> None:
+        self._draw = draw
+
+    def integer(self, lo: int, hi: int) -> int:
+        return self._draw(st.integers(lo, hi))
+
+    def pick(self, options: Sequence[T]) -> T:
+        return self._draw(st.sampled_from(options))
+
+
+class SeededChoose:
+    """Choices from a seeded Random: the same scenario every run."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+
+    def integer(self, lo: int, hi: int) -> int:
+        return self._rng.randint(lo, hi)
+
+    def pick(self, options: Sequence[T]) -> T:
+        return self._rng.choice(options)
+
+
+def build_scenario(
+    choose: Choose, tier: str | None = None, policy: str | None = None, min_records: int = 0
+) -> dict[str, Any]:
+    n_parts = choose.integer(1, 2)
+    n_batches = choose.integer(1, 3)
     batches: list[list[KafkaRecord]] = [[] for _ in range(n_batches)]
     for p in range(n_parts):
         offset = 0
         t = 100.0
         seqs: dict[str, int] = {}
         history: list[KafkaRecord] = []
-        n = draw(st.integers(0, 14))
-        cuts = sorted(
-            draw(st.lists(st.integers(0, n), min_size=n_batches - 1, max_size=n_batches - 1))
-        )
-        bounds = [0, *cuts, n]
+        n = choose.integer(min_records, 14)
+        bounds = [0, *sorted(choose.integer(0, n) for _ in range(n_batches - 1)), n]
         for b in range(n_batches):
             for _ in range(bounds[b], bounds[b + 1]):
-                if history and draw(st.integers(0, 9)) == 0:  # a replay / duplicate
-                    batches[b].append(draw(st.sampled_from(history)))
+                if history and choose.integer(0, 9) == 0:  # a replay / duplicate
+                    batches[b].append(choose.pick(history))
                     continue
-                offset += draw(st.sampled_from([1, 1, 1, 2, 5]))  # gaps
+                offset += choose.pick([1, 1, 1, 2, 5])  # gaps
                 # event-time jumps, swaps (-3) and late events (-30)
-                t += draw(st.sampled_from([0.0, 1.0, 4.0, 12.0, -3.0, -30.0]))
-                key = draw(st.sampled_from(KEYS))
-                op = draw(st.sampled_from(OPS))
-                seq = seqs.get(key, -1) + draw(st.sampled_from([1, 1, 1, 1, 2, 0]))
+                t += choose.pick([0.0, 1.0, 4.0, 12.0, -3.0, -30.0])
+                key = choose.pick(KEYS)
+                op = choose.pick(OPS)
+                seq = seqs.get(key, -1) + choose.pick([1, 1, 1, 1, 2, 0])
                 if op == "start":
                     seq = 0
                 seqs[key] = seq
-                v = draw(st.integers(0, 3))
+                v = choose.integer(0, 3)
                 raw = b"{broken" if op == "undecodable" else None
                 rec = record(offset, key, v=v, seq=seq, op=op, t=max(t, 0.0), partition=p, raw=raw)
                 history.append(rec)
                 batches[b].append(rec)
-    tier = draw(st.sampled_from(["strict", "fuzzy", "none"]))
-    policy = draw(st.sampled_from(["fail", "dead_letter", "restart_session"]))
+    tier = tier or choose.pick(["strict", "fuzzy", "none"])
+    policy = policy or choose.pick(["fail", "dead_letter", "restart_session"])
     if tier == "strict":
-        integrity = Integrity.strict(policy, draw(st.sampled_from([None, "seq"])))
+        integrity = Integrity.strict(policy, choose.pick([None, "seq"]))
     elif tier == "fuzzy":
-        lateness = timedelta(seconds=draw(st.sampled_from([0, 2, 5])))
+        lateness = timedelta(seconds=choose.pick([0, 2, 5]))
         integrity = Integrity.fuzzy(lateness, on_violation=policy)
     else:
         integrity = Integrity.none()
     return {
         "parts": n_parts,
         "batches": batches,
-        "crash": draw(st.integers(-1, n_batches - 1)),
+        "crash": choose.integer(-1, n_batches - 1),
         "integrity": integrity,
-        "steps": draw(st.lists(st.integers(0, 3), min_size=n_batches, max_size=n_batches)),
     }
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    return build_scenario(DrawChoose(draw))
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -131,13 +184,30 @@ def _multiset(rows: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
 )
 @given(scenario=scenarios())
 def test_backends_agree_with_reference(spark: Any, scenario: dict[str, Any]) -> None:
+    _run_in_tmp(spark, scenario)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("tier", "policy"), TIERS_AND_POLICIES)
+def test_each_tier_and_policy_agree(spark: Any, tier: str, policy: str) -> None:
+    """Every tier x policy in every run (the random test above may miss some): a fixed
+    scenario each, with enough records to hold gaps, replays, swaps and violations."""
+    seed = 1000 + TIERS_AND_POLICIES.index((tier, policy))
+    reference = _run_in_tmp(spark, build_scenario(SeededChoose(seed), tier, policy, min_records=10))
+    events = sum(sum(b.violation_counts.values()) for b in reference.result.batches)
+    replayed = sum(b.counters.get("replayed", 0) for b in reference.result.batches)
+    failed = policy == "fail" and tier != "none"
+    assert (events > 0 and replayed > 0) or failed, "the fixed scenario must exercise the checks"
+
+
+def _run_in_tmp(spark: Any, scenario: dict[str, Any]) -> ReferenceRunner:
     register_for_spark()
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     tmp = Path(tempfile.mkdtemp(prefix="inorder-agree-"))
     try:
-        _run(spark, scenario, tmp)
+        return _run(spark, scenario, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -176,6 +246,7 @@ def _check_report(name: str, report: Any, ref_batch: Any) -> None:
     assert report.violations_by_rule == ref_batch.violation_counts, name
     assert report.records == ref_batch.counters.get("records", 0), name
     assert report.timeouts == ref_batch.counters.get("timeouts", 0), name
+    assert report.replayed == ref_batch.counters.get("replayed", 0), name
     by_partition: dict[str, dict[str, int]] = {}
     for event in ref_batch.violations:
         counts = by_partition.setdefault(f"{event.topic}[{event.partition}]", {})
@@ -183,7 +254,7 @@ def _check_report(name: str, report: Any, ref_batch: Any) -> None:
     assert report.violations_by_partition == by_partition, name
 
 
-def _run(spark: Any, scenario: dict[str, Any], tmp: Path) -> None:
+def _run(spark: Any, scenario: dict[str, Any], tmp: Path) -> ReferenceRunner:
     integrity: Integrity = scenario["integrity"]
     tps = [TopicPartition("t", p) for p in range(scenario["parts"])]
     partition = _partition_backend(integrity, tmp)
@@ -241,6 +312,7 @@ def _run(spark: Any, scenario: dict[str, Any], tmp: Path) -> None:
     assert _partition_state(partition, tps, len(reference.result.batches), tmp) == expected_state
     if reference.result.batches:
         assert _spark_state(spark, tmp / "s-run" / "spark-checkpoint") == expected_state
+    return reference
 
 
 def _partition_state(

@@ -18,6 +18,8 @@ metric                                 type       meaning
 ``inorder_state_keys``                 gauge      keys holding state after the last batch
 ``inorder_output_rows_total``          counter    output rows committed
 ``inorder_violations_total{rule}``     counter    integrity events, by rule
+``inorder_partition_violations_total``  counter   integrity events by ``partition``
+``{partition,rule}``                              (``topic[partition]``) and rule
 ``inorder_last_committed_batch``       gauge      id of the last committed micro-batch
 ``inorder_batches_total``              counter    micro-batches finished
 ``inorder_failures_total``             counter    query failures
@@ -74,6 +76,12 @@ class MetricsExporter:
         self.violations = Counter(
             "inorder_violations", "Integrity events by rule", [*lab, "rule"], registry=r
         )
+        self.partition_violations = Counter(
+            "inorder_partition_violations",
+            "Integrity events by topic-partition and rule",
+            [*lab, "partition", "rule"],
+            registry=r,
+        )
         self.last_batch = Gauge(
             "inorder_last_committed_batch", "Last committed micro-batch id", lab, registry=r
         )
@@ -111,6 +119,9 @@ class MetricsExporter:
         self.output_rows.labels(p).inc(progress.output_rows)
         for rule, count in progress.violations.items():
             self.violations.labels(p, rule).inc(count)
+        for partition, counts in progress.violations_by_partition.items():
+            for rule, count in counts.items():
+                self.partition_violations.labels(p, partition, rule).inc(count)
         self.batches.labels(p).inc()
         if progress.committed:
             self.last_batch.labels(p).set(progress.batch_id)

@@ -14,7 +14,7 @@ Events (JSON object, POSTed as ``application/json`` and/or written to the comman
 * ``stall``: no micro-batch processed any record for ``stall_after`` while the last known lag
   was above zero (``lag``, ``idle_seconds``). Sent once per stall; re-armed by progress.
 * ``violations``: a micro-batch counted at least ``violation_threshold`` integrity events
-  (``batch_id``, ``violations`` by rule, ``total``).
+  (``batch_id``, ``violations`` by rule, ``violations_by_partition``, ``total``).
 
 The command runs without a shell (``command`` is an argument list, or a string split like a
 shell would), with ``INORDER_EVENT`` set to the event name and the JSON on stdin.
@@ -134,6 +134,9 @@ class Notifier:
                 + ", ".join(f"{r}={n}" for r, n in sorted(progress.violations.items())),
                 batch_id=progress.batch_id,
                 violations=dict(progress.violations),
+                violations_by_partition={
+                    tp: dict(counts) for tp, counts in progress.violations_by_partition.items()
+                },
                 total=total,
             )
 

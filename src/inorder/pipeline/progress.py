@@ -24,6 +24,8 @@ class BatchProgress:
     output_files: int
     violations: dict[str, int] = field(default_factory=dict)
     committed: bool = True
+    #: Integrity events by ``topic[partition]``, then by rule (only partitions that had any).
+    violations_by_partition: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -35,6 +37,7 @@ class RunSummary:
     output_rows: int = 0
     output_files: int = 0
     violations: dict[str, int] = field(default_factory=dict)
+    violations_by_partition: dict[str, dict[str, int]] = field(default_factory=dict)
     last_batch_id: int | None = None
     stopped_because: str = ""
     seconds: float = 0.0
@@ -49,6 +52,10 @@ class RunSummary:
         self.last_batch_id = batch.batch_id
         for rule, count in batch.violations.items():
             self.violations[rule] = self.violations.get(rule, 0) + count
+        for partition, counts in batch.violations_by_partition.items():
+            mine = self.violations_by_partition.setdefault(partition, {})
+            for rule, count in counts.items():
+                mine[rule] = mine.get(rule, 0) + count
 
 
 class ProgressReporter(Protocol):
@@ -73,15 +80,25 @@ def _violations_text(violations: dict[str, int]) -> str:
     return ",".join(f"{rule}={count}" for rule, count in sorted(violations.items()))
 
 
+def _by_partition_text(by_partition: dict[str, dict[str, int]]) -> str:
+    return "; ".join(
+        f"{partition}: {_violations_text(counts)}"
+        for partition, counts in sorted(by_partition.items())
+    )
+
+
 def format_batch(p: BatchProgress) -> str:
     """The plain one-line form of a batch's progress."""
     lag = "?" if p.lag is None else f"{p.lag:,}"
-    return (
+    line = (
         f"batch {p.batch_id:>5}  records {p.records:>9,}  {p.records_per_second:>10,.0f} rec/s  "
         f"lag {lag:>9}  state keys {p.state_keys:>8,}  out rows {p.output_rows:>9,}  "
         f"files {p.output_files:>3}  violations {_violations_text(p.violations)}  "
         f"({p.duration_seconds:.2f} s)"
     )
+    if p.violations_by_partition:
+        line += f"  [{_by_partition_text(p.violations_by_partition)}]"
+    return line
 
 
 def format_summary(s: RunSummary) -> str:
@@ -93,6 +110,9 @@ def format_summary(s: RunSummary) -> str:
         f"output rows: {s.output_rows:,} in {s.output_files:,} files",
         f"integrity events: {_violations_text(s.violations)}",
     ]
+    if s.violations_by_partition:
+        by_partition = _by_partition_text(s.violations_by_partition)
+        lines.append(f"integrity events by partition: {by_partition}")
     if s.output:
         lines.append(f"output: {s.output}")
     return "\n".join(lines)

@@ -328,4 +328,8 @@ def batch_progress(batch_id: int, report: Any, progress: dict[str, Any]) -> Batc
         output_files=int(getattr(report, "output_files", 0)),
         violations=dict(getattr(report, "violations_by_rule", {}) or {}),
         committed=bool(getattr(report, "committed", True)),
+        violations_by_partition={
+            partition: dict(counts)
+            for partition, counts in (getattr(report, "violations_by_partition", {}) or {}).items()
+        },
     )

@@ -1,7 +1,11 @@
 """The seed's job, vanilla: inorder's source -> groupBy(session).applyInPandasWithState with a
 lenient, order-trusting state function (no sort, no checks) -> Parquet. Sorts forced to spill.
 
-    python naive_vanilla_sessions.py BOOTSTRAP PATTERN OUTPUT CHECKPOINT [--sort]
+    python examples/vanilla_seed_bug.py BOOTSTRAP PATTERN OUTPUT CHECKPOINT [--sort]
+
+The seed's bug reproduced: ``tests/e2e/test_seed_bug.py`` runs it beside inorder on the
+same input. The benchmark baseline (same reconstruction, strict checks) is
+``bench/vanilla_sessions.py``.
 
 With ``--sort`` the function first sorts the rows it gets by offset (the fix inorder's spark
 backend applies); without it, it applies them in the order Spark delivers.
