@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -18,6 +22,8 @@ from inorder.dev.sim_model import FaultRates, SimulationConfig
 from inorder.dev.simulator import GroundTruth, simulate
 from inorder.dev.verify import verify_tables
 from inorder.pipeline.config import build_pipeline, validate
+from inorder.pipeline.progress import BatchProgress
+from inorder.pipeline.runner import PipelineRunner
 from inorder.sessions.rebuild import read_changes, rebuild_tables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,8 +71,8 @@ def simulation(prefix: str, seed: int, faulty: float = 0.0, **extra: Any) -> Sim
     )
 
 
-def assert_matches_truth(output: Path, truth: GroundTruth) -> None:
-    changes = read_changes(str(output))
+def assert_matches_truth(output: Path | pa.Table, truth: GroundTruth) -> None:
+    changes = read_changes(str(output)) if isinstance(output, Path) else output
     keys = list(
         zip(
             changes.column("topic").to_pylist(),
@@ -83,6 +89,30 @@ def assert_matches_truth(output: Path, truth: GroundTruth) -> None:
     assert check.exact + check.unknown == check.sessions
 
 
+class RecordCounter:
+    """A run observer counting the records of finished micro-batches."""
+
+    def __init__(self) -> None:
+        self.records = 0
+
+    def on_start(self) -> None:
+        pass
+
+    def on_batch(self, progress: BatchProgress, lag_by_partition: dict[str, int] | None) -> None:
+        self.records += progress.records
+
+    def on_failure(self, error: BaseException) -> None:
+        pass
+
+    def on_stop(self) -> None:
+        pass
+
+
+def only_topics(changes: pa.Table, prefix: str, *, matching: bool = True) -> pa.Table:
+    mask = pc.starts_with(changes.column("topic"), prefix)
+    return changes.filter(mask if matching else pc.invert(mask))
+
+
 def test_session_tables_match_truth_with_late_site_and_faults(
     kafka: Any, spark: Any, tmp_path: Path
 ) -> None:
@@ -95,21 +125,48 @@ def test_session_tables_match_truth_with_late_site_and_faults(
         kafka.bootstrap_servers,
     )
     assert len(first.ground_truth.sessions) >= 200
-    config = pipeline_config(kafka.bootstrap_servers, prefix, tmp_path)
-    summary = build_pipeline(config).run()
-    assert summary.records == first.records
-    assert summary.violations, "injected faults must show as integrity events"
-    assert_matches_truth(tmp_path / "output", first.ground_truth)
-
-    # A site that appears later is discovered by the pattern on the next run, from offset 0.
-    late = simulate(
-        simulation(f"{prefix}late-", seed=2, sites=1, messages=1500), kafka.bootstrap_servers
+    config = pipeline_config(kafka.bootstrap_servers, prefix, tmp_path, trigger="1 second")
+    counter = RecordCounter()
+    runner = PipelineRunner(
+        dataclasses.replace(build_pipeline(config), observers=[counter]), handle_signals=False
     )
-    summary = build_pipeline(config).run()
-    assert summary.records == late.records
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["summary"] = runner.run()
+        except BaseException as exc:  # reported by the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def wait_for_records(n: int) -> None:
+        deadline = time.monotonic() + 300
+        while counter.records < n:
+            assert thread.is_alive(), f"the run ended early: {outcome}"
+            assert time.monotonic() < deadline, f"{counter.records} of {n} records processed"
+            time.sleep(0.5)
+
+    try:
+        wait_for_records(first.records)
+        # A site that appears while the query runs is discovered by the pattern, from offset 0.
+        late = simulate(
+            simulation(f"{prefix}late-", seed=2, sites=1, messages=1500), kafka.bootstrap_servers
+        )
+        wait_for_records(first.records + late.records)
+    finally:
+        runner.stop()
+        thread.join(120)
+    assert "error" not in outcome, outcome.get("error")
+    summary = outcome["summary"]
+    assert summary.records == first.records + late.records
+    assert summary.violations, "injected faults must show as integrity events"
     changes = read_changes(str(tmp_path / "output"))
-    late_rows = changes.filter(pc.starts_with(changes.column("topic"), f"{prefix}late-"))
-    assert pc.min(late_rows.column("offset")).as_py() == 0
+    assert_matches_truth(only_topics(changes, f"{prefix}late-", matching=False), first.ground_truth)
+    late_changes = only_topics(changes, f"{prefix}late-")
+    assert pc.min(late_changes.column("offset")).as_py() == 0
+    assert_matches_truth(late_changes, late.ground_truth)
 
 
 @pytest.mark.slow
@@ -119,7 +176,8 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
         simulation(prefix, seed=3, faulty=0.2, messages=20000), kafka.bootstrap_servers
     )
     config = pipeline_config(kafka.bootstrap_servers, prefix, tmp_path, trigger="1 second")
-    config["source"]["max_offsets_per_trigger"] = 1500
+    # Small batches: 100 micro-batches of at least 1 s, so every kill lands mid-stream.
+    config["source"]["max_offsets_per_trigger"] = 200
     config["spark"]["master"] = "local[2]"
     toml = tmp_path / "pipeline.toml"
     from inorder.commands.run import dump_toml
@@ -127,6 +185,7 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
     toml.write_text(dump_toml(config))
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     rng = random.Random(11)
+    committed_rows = [0]
     for _ in range(3):
         proc = subprocess.Popen(
             [sys.executable, "-m", "inorder.cli", "run", str(toml), "--quiet"],
@@ -137,6 +196,9 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
         time.sleep(rng.uniform(20, 35))
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM
         proc.wait()
+        rows = read_changes(str(tmp_path / "output")).num_rows
+        assert rows > committed_rows[-1], f"the run killed at {committed_rows} committed nothing"
+        committed_rows.append(rows)
     done = subprocess.run(
         [
             sys.executable,
@@ -144,7 +206,8 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
             "inorder.cli",
             "run",
             str(toml),
-            "--quiet",
+            "--progress",
+            "json",
             "--trigger",
             "available-now",
         ],
@@ -155,4 +218,7 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    final = [e for e in events if e["event"] == "summary"][-1]
+    assert 0 < final["records"] < result.records, "the last kill must land before the end"
     assert_matches_truth(tmp_path / "output", result.ground_truth)

@@ -267,6 +267,10 @@ def test_options_are_case_insensitive_with_spark_names() -> None:
         ({"subscribePattern": "x"}, "subscribe, subscribePattern, assign: exactly one"),
         ({"bogus": "1"}, "bogus: unknown option"),
         ({"minPartitions": "4"}, "minPartitions: not supported"),
+        (
+            {"maxRecordsPerPartition": "1000"},
+            "maxRecordsPerPartition: not supported (one task per topic-partition",
+        ),
         ({"kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset: not supported"),
         ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger: must be at least 1"),
         ({"maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger: expected an integer"),

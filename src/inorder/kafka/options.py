@@ -51,7 +51,11 @@ OPTION_NAMES = {
 
 _UNSUPPORTED = {
     "minPartitions": "one task per topic-partition is what keeps records in offset order",
-    "maxRecordsPerPartition": "one task per topic-partition keeps records in offset order",
+    "maxRecordsPerPartition": (
+        "one task per topic-partition keeps records in offset order, and the engines' "
+        "per-partition state and watermarks need it; backend='spark' spreads keys over "
+        "more tasks instead"
+    ),
     "endingOffsets": "this is a streaming source; use Trigger.AvailableNow to stop at the end",
     "endingOffsetsByTimestamp": "this is a streaming source; use Trigger.AvailableNow",
     "kafka.auto.offset.reset": "use startingOffsets",

@@ -264,6 +264,10 @@ class PipelineRunner:
             self.reporter.batch(line)
             self._observers.on_batch(line, _lag_by_partition(data))
 
+    def stop(self) -> None:
+        """Ask the run to stop after the current micro-batch (from any thread)."""
+        self._stop.set()
+
     def _install_signal_handlers(self) -> Callable[[], None]:
         if not self.handle_signals or threading.current_thread() is not threading.main_thread():
             return lambda: None
