@@ -178,7 +178,7 @@ def _multiset(rows: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 @pytest.mark.timeout(900)
 @settings(
-    max_examples=5,
+    max_examples=3,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

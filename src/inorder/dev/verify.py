@@ -56,7 +56,8 @@ def verify_tables(
     """Compare rebuilt tables (and, given the change rows, the resets) with the truth.
 
     A faulty session must have its first ``reset`` at the offset of its first violating record
-    and no reset elsewhere; sessions without faults must have none.
+    and any later one at the offset of another injected fault (faults that hit while the
+    session waits for its next snapshot raise none); sessions without faults must have none.
     """
     result = Verification()
     for session in truth.sessions.values():
@@ -104,5 +105,12 @@ def _verify_resets(changes: pa.Table, truth: GroundTruth, result: Verification) 
             result.reset_errors.append(
                 f"{session.key}: first reset at offset {offsets[0]}, fault at {first}"
             )
+        # Later resets (after the session's next snapshot) must each be at an injected fault.
+        faults = {f.offset for f in session.faults}
+        for offset in offsets[1:]:
+            if offset not in faults:
+                result.reset_errors.append(
+                    f"{session.key}: reset at offset {offset}, where no fault was injected"
+                )
     for topic, session_id in found:
         result.reset_errors.append(f"{topic}/{session_id}: reset of an unknown session")
