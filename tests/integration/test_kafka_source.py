@@ -136,6 +136,36 @@ def test_available_now_reads_everything_in_order_within_max_offsets(
     assert sum(lag_from_progress(progress).values()) == 0
 
 
+def test_max_records_per_partition_spreads_a_partition_over_tasks(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    topic = kafka.new_topic(partitions=2)
+    produce(kafka.bootstrap_servers, topic, 1000, partitions=2)
+    df = source(
+        kafka,
+        topics=[topic],
+        max_offsets_per_trigger=600,
+        options={"maxRecordsPerPartition": "120"},
+    ).load(spark)
+    batches, _ = run_query(
+        spark, df, tmp_path / "ck", trigger={"availableNow": True}, with_pid=True
+    )
+    # Every record once (order across tasks is given up: compared as a set).
+    seen = coords(batches)
+    assert len(seen) == len(set(seen)) == 1000
+    assert set(seen) == {(topic, p, o) for p in range(2) for o in range(500)}
+    # 300 offsets per partition in the first batch: 3 tasks of <= 120 each per partition.
+    first = batches[0][1]
+    tasks: dict[int, list[tuple[int, int]]] = {}
+    for r in first:
+        tasks.setdefault(r.pid, []).append((r.partition, r.offset))
+    assert len(tasks) == 6
+    for rows in tasks.values():
+        assert len({p for p, _ in rows}) == 1 and len(rows) <= 120
+        offsets = [o for _, o in rows]
+        assert offsets == sorted(offsets)  # each piece is still read in offset order
+
+
 def test_assign_starting_positions_and_headers_like_sparks_connector(
     spark: Any, kafka: Any, tmp_path: Path
 ) -> None:
@@ -175,6 +205,48 @@ def test_assign_starting_positions_and_headers_like_sparks_connector(
     assert sorted((r.partition, r.offset) for r in rows) == [(p, o) for p in (0, 1) for o in (8, 9)]
     # startingOffsets latest: nothing of the backlog.
     assert read("latest", topics=[topic], starting_offsets="latest") == []
+
+
+def test_min_offsets_per_trigger_holds_batches_until_enough_or_the_delay(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    topic = kafka.new_topic(partitions=1)
+    produce(kafka.bootstrap_servers, topic, 30)
+    df = source(
+        kafka,
+        topics=[topic],
+        options={"minOffsetsPerTrigger": "50", "maxTriggerDelay": "10 seconds"},
+    ).load(spark)
+    started = time.monotonic()
+    arrivals: list[float] = []
+    produced: list[float] = []
+    more = [20, 60]  # after batch 1: too few (held until the delay); after batch 2: enough
+
+    def until(batches: Batches) -> bool:
+        while len(arrivals) < len(batches):
+            arrivals.append(time.monotonic() - started)
+            if more:
+                produce(kafka.bootstrap_servers, topic, more.pop(0))
+                produced.append(time.monotonic() - started)
+        return len(arrivals) >= 3
+
+    batches, _ = run_query(
+        spark,
+        df,
+        tmp_path / "ck",
+        trigger={"processingTime": "200 milliseconds"},
+        until=until,
+        timeout=90,
+    )
+    # The first batch reads what is there (partitions entering the plan never wait).
+    assert [len(rows) for _, rows in batches[:3]] == [30, 20, 60]
+    # 20 < 50 offsets: held until maxTriggerDelay (10 s) after the previous batch was
+    # planned, although every 200 ms trigger saw them. (The first batch's run, Python workers
+    # starting, takes a few seconds of that delay.)
+    assert arrivals[1] - arrivals[0] >= 4.0
+    # 60 >= 50 offsets: the next trigger runs it, long before another delay.
+    assert arrivals[2] - produced[1] < 3.0
+    assert_each_once_in_order(coords(batches), {(topic, 0): range(110)})
 
 
 def test_markers_start_every_task_and_ticks_run_batches_without_data(

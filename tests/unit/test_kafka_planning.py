@@ -17,6 +17,7 @@ from inorder.kafka.offsets import SourceOffset, parse_partition_offsets
 from inorder.kafka.options import parse_options, redact
 from inorder.kafka.planning import (
     LossKind,
+    OffsetRange,
     Watermarks,
     fair_share,
     next_offset,
@@ -24,6 +25,7 @@ from inorder.kafka.planning import (
     nothing_new,
     plan_ranges,
     should_wait,
+    split_ranges,
 )
 from inorder.records import TopicPartition as TP
 
@@ -268,9 +270,10 @@ def test_options_are_case_insensitive_with_spark_names() -> None:
         ({"bogus": "1"}, "bogus: unknown option"),
         ({"minPartitions": "4"}, "minPartitions: not supported"),
         (
-            {"maxRecordsPerPartition": "1000"},
-            "maxRecordsPerPartition: not supported (one task per topic-partition",
+            {"maxRecordsPerPartition": "1000", "inorder.partitionMarkers": "true"},
+            "maxRecordsPerPartition: not supported by inorder's engines",
         ),
+        ({"maxRecordsPerPartition": "0"}, "maxRecordsPerPartition: must be at least 1"),
         ({"kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset: not supported"),
         ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger: must be at least 1"),
         ({"maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger: expected an integer"),
@@ -292,6 +295,19 @@ def test_options_are_case_insensitive_with_spark_names() -> None:
 def test_bad_options_name_the_option(extra: dict[str, str], match: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(match)):
         parse_options({**BASE, **extra})
+
+
+def test_max_records_per_partition_cuts_long_ranges_only() -> None:
+    a0, a1 = TP("a", 0), TP("a", 1)
+    ranges = [OffsetRange(a0, 10, 35), OffsetRange(a1, 5, 15), OffsetRange(a1, 0, 0)]
+    assert split_ranges(ranges, 10) == [
+        OffsetRange(a0, 10, 20),
+        OffsetRange(a0, 20, 30),
+        OffsetRange(a0, 30, 35),
+        OffsetRange(a1, 5, 15),
+        OffsetRange(a1, 0, 0),
+    ]
+    assert parse_options({**BASE, "maxRecordsPerPartition": "10"}).max_records_per_partition == 10
 
 
 def test_invalid_regex_and_missing_bootstrap() -> None:

@@ -30,6 +30,7 @@ OPTION_NAMES = {
         "startingOffsetsByTimestamp",
         "startingTimestamp",
         "maxOffsetsPerTrigger",
+        "maxRecordsPerPartition",
         "minOffsetsPerTrigger",
         "maxTriggerDelay",
         "failOnDataLoss",
@@ -51,11 +52,6 @@ OPTION_NAMES = {
 
 _UNSUPPORTED = {
     "minPartitions": "one task per topic-partition is what keeps records in offset order",
-    "maxRecordsPerPartition": (
-        "one task per topic-partition keeps records in offset order, and the engines' "
-        "per-partition state and watermarks need it; backend='spark' spreads keys over "
-        "more tasks instead"
-    ),
     "endingOffsets": "this is a streaming source; use Trigger.AvailableNow to stop at the end",
     "endingOffsetsByTimestamp": "this is a streaming source; use Trigger.AvailableNow",
     "kafka.auto.offset.reset": "use startingOffsets",
@@ -89,6 +85,7 @@ class SourceOptions:
     starting_timestamps: Mapping[TopicPartition, int] = field(default_factory=dict)
     starting_timestamp: int | None = None
     max_offsets_per_trigger: int | None = None
+    max_records_per_partition: int | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay: timedelta = timedelta(minutes=15)
     fail_on_data_loss: bool = True
@@ -288,6 +285,18 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise ConfigError(
             f"minOffsetsPerTrigger, maxOffsetsPerTrigger: conflicting ({min_per} > {max_per})"
         )
+    split = (
+        _positive_int("maxRecordsPerPartition", raw["maxrecordsperpartition"])
+        if "maxrecordsperpartition" in raw
+        else None
+    )
+    markers = _bool("inorder.partitionMarkers", raw.get("inorder.partitionmarkers", "false"))
+    if split is not None and markers:
+        raise ConfigError(
+            "maxRecordsPerPartition: not supported by inorder's engines (they apply each "
+            "topic-partition in one task, in offset order, with one state and one watermark "
+            "per partition); backend='spark' spreads keys over more tasks instead"
+        )
     if "maxtriggerdelay" in raw and min_per is None:
         raise ConfigError("maxTriggerDelay: only meaningful with minOffsetsPerTrigger")
     delay = (
@@ -327,6 +336,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         starting_timestamps=timestamps,
         starting_timestamp=starting_ts,
         max_offsets_per_trigger=max_per,
+        max_records_per_partition=split,
         min_offsets_per_trigger=min_per,
         max_trigger_delay=delay,
         fail_on_data_loss=_bool("failOnDataLoss", raw.get("failondataloss", "true")),
@@ -342,9 +352,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             raw.get("inorder.metadatatimeoutms", str(DEFAULT_METADATA_TIMEOUT_MS)),
         ),
         group_id_prefix=raw.get("groupidprefix", "inorder-kafka"),
-        partition_markers=_bool(
-            "inorder.partitionMarkers", raw.get("inorder.partitionmarkers", "false")
-        ),
+        partition_markers=markers,
         tick_interval_ms=tick,
         batch_rows=_positive_int(
             "inorder.batchRows", raw.get("inorder.batchrows", str(DEFAULT_BATCH_ROWS))

@@ -107,6 +107,23 @@ def plan_ranges(start: SourceOffset, end: SourceOffset, *, markers: bool) -> lis
     return ranges
 
 
+def split_ranges(ranges: list[OffsetRange], most: int) -> list[OffsetRange]:
+    """Each range cut into consecutive ranges of at most ``most`` offsets.
+
+    This is ``maxRecordsPerPartition``. The pieces of one topic-partition are read by
+    different tasks, so their records are no longer one ordered stream: only for readers that
+    do not need offset order.
+    """
+    pieces: list[OffsetRange] = []
+    for r in ranges:
+        if r.end - r.start <= most:
+            pieces.append(r)
+            continue
+        for begin in range(r.start, r.end, most):
+            pieces.append(OffsetRange(r.tp, begin, min(begin + most, r.end)))
+    return pieces
+
+
 def fair_share(backlogs: Mapping[TopicPartition, int], limit: int) -> dict[TopicPartition, int]:
     """Split ``limit`` offsets across partitions max-min fairly (water-filling).
 

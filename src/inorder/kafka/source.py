@@ -49,6 +49,7 @@ from inorder.kafka.planning import (
     plan_ranges,
     same_offset,
     should_wait,
+    split_ranges,
 )
 from inorder.records import KAFKA_SPARK_DDL, TopicPartition
 
@@ -309,14 +310,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._latest.to_dict() if self._latest is not None else None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaInputPartition]:
-        """One input partition per topic-partition range, ordered by topic then partition."""
+        """One input partition per topic-partition range, ordered by topic then partition.
+
+        With ``maxRecordsPerPartition`` a longer range becomes several input partitions.
+        """
         begin, stop = SourceOffset.from_dict(start), SourceOffset.from_dict(end)
         if same_offset(begin, stop):
             return []
-        return [
-            KafkaInputPartition(r.tp.topic, r.tp.partition, r.start, r.end)
-            for r in plan_ranges(begin, stop, markers=self._options.partition_markers)
-        ]
+        ranges = plan_ranges(begin, stop, markers=self._options.partition_markers)
+        if self._options.max_records_per_partition is not None:
+            ranges = split_ranges(ranges, self._options.max_records_per_partition)
+        return [KafkaInputPartition(r.tp.topic, r.tp.partition, r.start, r.end) for r in ranges]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, not in consumer groups."""
