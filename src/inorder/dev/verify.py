@@ -98,7 +98,8 @@ def _verify_resets(changes: pa.Table, truth: GroundTruth, result: Verification) 
                 result.reset_errors.append(f"{session.key}: unexpected reset at {offsets[0]}")
             continue
         result.resets_expected += 1
-        first = min(f.offset for f in session.faults)
+        faults = {f.offset for f in session.faults}
+        first = min(faults)
         if not offsets:
             result.reset_errors.append(f"{session.key}: no reset (fault at offset {first})")
         elif offsets[0] != first:
@@ -106,7 +107,6 @@ def _verify_resets(changes: pa.Table, truth: GroundTruth, result: Verification) 
                 f"{session.key}: first reset at offset {offsets[0]}, fault at {first}"
             )
         # Later resets (after the session's next snapshot) must each be at an injected fault.
-        faults = {f.offset for f in session.faults}
         for offset in offsets[1:]:
             if offset not in faults:
                 result.reset_errors.append(

@@ -278,7 +278,7 @@ class PipelineRunner:
                     f"inorder: {signal.Signals(signum).name} received: stopping after the "
                     "current batch (again to force)"
                 )
-                self._stop.set()
+                self.stop()
             else:
                 raise KeyboardInterrupt
 
