@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -69,6 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("inorder: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`inorder inspect ... | head`): stop quietly, as a command
+        # killed by SIGPIPE would; stdout goes to /dev/null so the exit flush cannot fail.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     return int(code or 0)
 
 

@@ -168,16 +168,33 @@ def test_compact_command_detects_delta(tmp_path: Path, capsys: pytest.CaptureFix
     assert out["format"] == "delta" and out["files_removed"] == 6
 
 
-def test_bound_sinks_of_two_checkpoints_do_not_skip_each_other(tmp_path: Path) -> None:
+def test_a_table_of_another_checkpoint_is_refused(tmp_path: Path) -> None:
+    """Batch ids restart with every checkpoint: a second checkpoint on a table holding data
+    would commit every record again (before: 20 rows of 10 records, silently)."""
     path = str(tmp_path / "table")
-    for owner in ("checkpoint-a", "checkpoint-b"):
-        sink = DeltaSink(path, partition_by=["topic"])
-        sink.bind(owner)
-        assert sink.app_id == f"inorder-{owner}"
-        sink.check(SCHEMA)
-        assert not sink.is_committed(0)
-        assert sink.commit(0, stage(sink, 0, 10)) is True
-    assert len(DeltaTable(path).to_pyarrow_table()) == 20
+    first = DeltaSink(path, partition_by=["topic"])
+    first.bind("checkpoint-a")
+    assert first.app_id == "inorder-checkpoint-a"
+    first.check(SCHEMA)
+    assert first.commit(0, stage(first, 0, 10)) is True
+    second = DeltaSink(path, partition_by=["topic"])
+    second.bind("checkpoint-b")
+    with pytest.raises(SinkError, match="did not commit"):
+        second.check(SCHEMA)
+    again = DeltaSink(path, partition_by=["topic"])
+    again.bind("checkpoint-a")
+    again.check(SCHEMA)  # the checkpoint that wrote it goes on
+    assert len(DeltaTable(path).to_pyarrow_table()) == 10
+
+
+def test_a_different_output_schema_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "table")
+    sink = DeltaSink(path, partition_by=["topic"], app_id="q")
+    sink.check(SCHEMA)
+    assert sink.commit(0, stage(sink, 0, 10)) is True
+    retyped = SCHEMA.set(4, pa.field("payload", pa.int64()))
+    with pytest.raises(SinkError, match=r"columns differ.*table only: \['payload'\]"):
+        DeltaSink(path, partition_by=["topic"], app_id="q").check(retyped)
 
 
 def test_log_is_checkpointed_and_expired_entries_deleted(

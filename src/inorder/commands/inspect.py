@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from inorder.commands.overrides import add_set_option, parse_overrides, print_notes
 from inorder.errors import ConfigError
 
 EXAMPLES = """examples:
@@ -37,6 +38,7 @@ def register(subparsers: Any) -> None:
         "--version", type=int, help="batch version of --key (default: newest committed)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
+    add_set_option(parser, "override a setting as `inorder run --set` did")
     parser.set_defaults(func=handle)
 
 
@@ -47,7 +49,8 @@ def handle(args: argparse.Namespace) -> int:
     from inorder.ops.target import OpsTarget
     from inorder.records import TopicPartition
 
-    target = OpsTarget.load(args.pipeline)
+    target = OpsTarget.load(args.pipeline, parse_overrides(args.set))
+    print_notes(target.notes)
     if args.key is not None:
         if args.topic is None or args.partition is None:
             raise ConfigError("--key needs --topic and --partition")

@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from inorder.commands.overrides import add_set_option, parse_overrides, print_notes
+
 EXAMPLES = """examples:
   inorder repair pipeline.toml                          print the plan (changes nothing)
   inorder repair pipeline.toml --apply                  perform it
@@ -60,6 +62,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--apply", action="store_true", help="perform the plan")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_set_option(parser, "override a setting as `inorder run --set` did")
     parser.set_defaults(func=handle)
 
 
@@ -77,7 +80,8 @@ def handle(args: argparse.Namespace) -> int:
             raise ConfigError(f"--at-offset: {tp} given twice")
         at_offsets[tp] = offset
     at_time = parse_time_ms(args.at_time, "--at-time") if args.at_time else None
-    target = OpsTarget.load(args.pipeline)
+    target = OpsTarget.load(args.pipeline, parse_overrides(args.set))
+    print_notes(target.notes)
     plan = plan_repair(target, at_offsets or None, at_time, args.session, args.validate)
     if args.apply:
         plan = apply_repair(target, plan)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from inorder.commands.overrides import add_set_option, parse_overrides, print_notes
 from inorder.errors import ConfigError
 
 EXAMPLES = """examples:
@@ -58,6 +59,7 @@ def register(subparsers: Any) -> None:
         help="start from the checkpointed state after batch V ('auto': the newest one before "
         "--from-offset) instead of replaying from the start of the partition",
     )
+    add_set_option(parser, "override a setting as `inorder run --set` did")
     parser.set_defaults(func=handle)
 
 
@@ -85,5 +87,7 @@ def handle(args: argparse.Namespace) -> int:
         break_when=args.break_when,
         from_version=version,
     )
-    summary = Replayer(OpsTarget.load(args.pipeline), options).run()
+    target = OpsTarget.load(args.pipeline, parse_overrides(args.set))
+    print_notes(target.notes)
+    summary = Replayer(target, options).run()
     return 1 if summary.failed is not None else 0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import tomllib
 from typing import Any
 
+from inorder.commands.overrides import add_set_option, parse_overrides
 from inorder.errors import ConfigError
 
 EXAMPLES = """examples:
@@ -41,14 +41,7 @@ def register(subparsers: Any) -> None:
         help="override pipeline.progress (json: JSON lines on stdout)",
     )
     parser.add_argument("--quiet", "-q", action="store_true", help="same as --progress quiet")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override one setting of a TOML pipeline (value parsed as TOML, else a string); "
-        "repeatable",
-    )
+    add_set_option(parser)
     parser.add_argument(
         "--print-config", action="store_true", help="print the resolved configuration and exit"
     )
@@ -58,22 +51,17 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="stop cleanly after N micro-batches (testing, canaries)",
     )
+    parser.add_argument(
+        "--accept-changes",
+        action="store_true",
+        help="accept a changed pipeline name, processor, subscription or output for this "
+        "checkpoint and record it (refused without this flag: see docs/operations.md)",
+    )
     parser.set_defaults(func=handle)
 
 
-def _parse_override(text: str) -> tuple[str, Any]:
-    dotted, sep, raw = text.partition("=")
-    if not sep or "." not in dotted:
-        raise ConfigError(f"--set expects SECTION.KEY=VALUE, not {text!r}")
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return dotted.strip(), value
-
-
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    overrides = dict(_parse_override(item) for item in args.set)
+    overrides = parse_overrides(args.set)
     if args.trigger:
         overrides["pipeline.trigger"] = args.trigger
     if args.master:
@@ -101,7 +89,9 @@ def handle(args: argparse.Namespace) -> int:
         config = validate(config, origin=args.pipeline)
         print(dump_toml(config))
         return 0
-    if is_toml and overrides:
+    from inorder.pipeline.identity import RecordedSettings
+
+    if is_toml:
         config = load_toml(args.pipeline)
         for dotted, value in overrides.items():
             section, _, key = dotted.partition(".")
@@ -110,7 +100,9 @@ def handle(args: argparse.Namespace) -> int:
             config[section][key] = value
         from inorder.pipeline.config import build_pipeline
 
-        pipeline = build_pipeline(validate(config, origin=args.pipeline))
+        config = validate(config, origin=args.pipeline)
+        pipeline = build_pipeline(config)
+        settings = RecordedSettings.of(args.pipeline, overrides, config)
     else:
         pipeline = load_pipeline(args.pipeline)
         if overrides:
@@ -123,7 +115,12 @@ def handle(args: argparse.Namespace) -> int:
                 if attribute is None:
                     raise ConfigError(f"--set {dotted} needs a TOML pipeline file")
                 setattr(pipeline, attribute, value)
-    pipeline.run(stop_after_batches=args.stop_after_batches)
+        settings = RecordedSettings.of(args.pipeline, overrides)
+    pipeline.run(
+        stop_after_batches=args.stop_after_batches,
+        settings=settings,
+        accept_changes=args.accept_changes,
+    )
     return 0
 
 

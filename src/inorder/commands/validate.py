@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from inorder.commands.overrides import add_set_option, parse_overrides, print_notes
+
 EXAMPLES = """examples:
   inorder validate pipeline.toml
   inorder validate pipeline.toml --from-offset 120000 --json
@@ -48,6 +50,7 @@ def register(subparsers: Any) -> None:
         help="records recomputed and compared at a time (memory bound; default 50000)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_set_option(parser, "override a setting as `inorder run --set` did")
     parser.set_defaults(func=handle)
 
 
@@ -58,7 +61,8 @@ def handle(args: argparse.Namespace) -> int:
     from inorder.ops.validate import validate
     from inorder.records import TopicPartition
 
-    target = OpsTarget.load(args.pipeline)
+    target = OpsTarget.load(args.pipeline, parse_overrides(args.set))
+    print_notes(target.notes)
     from_time = parse_time_ms(args.from_time, "--from-time") if args.from_time else None
 
     def only(tp: TopicPartition) -> bool:

@@ -15,6 +15,9 @@ from enum import Enum
 from inorder.kafka.offsets import SourceOffset
 from inorder.records import TopicPartition
 
+#: How a user skips lost records: the pipeline's TOML key, or the Spark source option.
+SKIP_HINT = "set source.fail_on_data_loss = false (Spark option failOnDataLoss=false)"
+
 
 @dataclass(frozen=True, order=True)
 class OffsetRange:
@@ -71,17 +74,17 @@ class LossEvent:
             return (
                 f"data loss in {where}: expected offset {self.expected} but the earliest "
                 f"available offset is {self.available} ({self.lost_records} offsets expired "
-                "by retention or were deleted); set failOnDataLoss=false to skip them"
+                f"by retention or were deleted); {SKIP_HINT} to skip them"
             )
         if self.kind is LossKind.RESET:
             return (
                 f"data loss in {where}: expected offset {self.expected} but the partition "
                 f"now ends at {self.available} (topic deleted and recreated?); "
-                "set failOnDataLoss=false to start it over"
+                f"{SKIP_HINT} to start it over"
             )
         return (
             f"data loss in {where}: the topic-partition was deleted before offsets "
-            f"{self.expected}..{self.available} were read; set failOnDataLoss=false to skip them"
+            f"{self.expected}..{self.available} were read; {SKIP_HINT} to skip them"
         )
 
 

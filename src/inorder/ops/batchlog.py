@@ -36,6 +36,8 @@ class BatchEntry:
     planned_at: float | None
     committed_at: float | None
     processing_time_us: int | None
+    starts: dict[TopicPartition, int] = field(default_factory=dict)
+    """Where partitions read for the first time in this batch began (the source records it)."""
 
     @property
     def duration_seconds(self) -> float | None:
@@ -166,6 +168,7 @@ def load_batch_log(spark_dir: str, engine: CheckpointStore | None = None) -> Bat
                 planned_at=_mtime(path),
                 committed_at=_mtime(os.path.join(commits_dir, str(batch_id))),
                 processing_time_us=processing,
+                starts=dict(offset.starts),
             )
         )
     return log

@@ -62,7 +62,7 @@ def batches(log: BatchLog, limit: int | None = None) -> list[BatchInfo]:
         ranges = {}
         planned = 0
         for tp in sorted(b.end):
-            start = previous.get(tp)
+            start = previous.get(tp, b.starts.get(tp))
             ranges[str(tp)] = [start if start is not None else -1, b.end[tp]]
             if start is not None:
                 planned += max(0, b.end[tp] - start)

@@ -45,7 +45,8 @@ from inorder.ops.records import offsets_for_time, partitions, read_chunks, water
 from inorder.ops.repair_output import OutputDeletion, count_rows, delete_rows
 from inorder.ops.sessionspans import SpanTracker
 from inorder.ops.target import OpsTarget
-from inorder.pipeline.query import CHECKPOINT_FILE
+from inorder.pipeline.checkpoint_layout import CHECKPOINT_FILE, CheckpointLayout
+from inorder.pipeline.identity import IDENTITY_FIELD, SETTINGS_FIELD
 from inorder.records import TopicPartition
 from inorder.state.entry import KeyEntry, PartitionMeta
 
@@ -201,22 +202,11 @@ def _local(path: str) -> str:
 
 def read_info(root: str) -> dict[str, Any] | None:
     """The checkpoint's ``inorder-checkpoint.json`` (``None`` when absent)."""
-    path = os.path.join(root, CHECKPOINT_INFO)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            loaded: dict[str, Any] = json.load(handle)
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InorderError(f"{path}: unreadable ({exc})") from None
-    return loaded
+    return CheckpointLayout.of(root).read_info()
 
 
-def _write_info(root: str, info: Mapping[str, Any]) -> None:
-    from inorder.sinks import fs as sfs
-
-    location = sfs.resolve(root)
-    sfs.write_bytes(location, location.join(CHECKPOINT_INFO), json.dumps(info, indent=1).encode())
+def _write_info(root: str, info: dict[str, Any]) -> None:
+    CheckpointLayout.of(root).write_info(info)
 
 
 def _finish_swap(root: str) -> bool:
@@ -244,14 +234,11 @@ def resume_overrides(pipeline: Any, checkpoint: str) -> Any:
     """
     import dataclasses
 
-    from inorder.sinks import fs as sfs
     from inorder.sinks.offset_ids import BatchIdOffset
 
-    location = sfs.resolve(str(checkpoint))
-    path = location.join(CHECKPOINT_INFO)
-    if not sfs.exists(location, path):
+    info = CheckpointLayout.of(checkpoint).read_info()
+    if info is None:
         return pipeline
-    info: dict[str, Any] = json.loads(sfs.read_bytes(location, path))
     if "repair_pending" in info:
         raise InorderError(
             f"checkpoint {checkpoint}: a repair was started and did not finish; run "
@@ -602,7 +589,11 @@ def apply_repair(target: OpsTarget, plan: RepairPlan) -> RepairPlan:
 
         shutil.rmtree(staged)
     os.makedirs(staged)
-    _write_info(staged, plan.checkpoint_info())
+    # The repaired checkpoint belongs to the same pipeline: keep what identifies it.
+    kept = {
+        k: v for k, v in (info or {}).items() if k in (IDENTITY_FIELD, SETTINGS_FIELD, "history")
+    }
+    _write_info(staged, {**kept, **plan.checkpoint_info()})
     if os.path.exists(root):
         assert plan.backup is not None
         os.rename(root, plan.backup)

@@ -8,13 +8,16 @@ per-partition state and the processing time of each batch).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from inorder.codecs.base import Codec
 from inorder.integrity import Integrity
 from inorder.kafka.options import SourceOptions, parse_options
+from inorder.pipeline.checkpoint_layout import CheckpointLayout
+from inorder.pipeline.identity import SETTINGS_FIELD, RecordedSettings
 from inorder.processor import Processor, ProcessorTypes, processor_types
 from inorder.sinks.base import Sink
 from inorder.state.checkpoint import CheckpointStore
@@ -25,13 +28,44 @@ class OpsTarget:
     """A pipeline seen by the operations tools (nothing is started by creating one)."""
 
     pipeline: Any
+    notes: list[str] = field(default_factory=list)
+    """What the operator should know about the settings in use (printed by the commands)."""
 
     @classmethod
-    def load(cls, reference: str) -> OpsTarget:
-        """Load a pipeline from a TOML file or ``module:attribute``."""
+    def load(cls, reference: str, overrides: Mapping[str, Any] | None = None) -> OpsTarget:
+        """Load a pipeline from a TOML file or ``module:attribute``, as its last run ran it.
+
+        A TOML pipeline gets the ``--set`` overrides its last run recorded in the checkpoint
+        (``overrides`` given here win), so the tools judge the output that run wrote.
+        """
         from inorder.pipeline.config import load_pipeline
 
-        return cls(load_pipeline(reference))
+        given = dict(overrides or {})
+        pipeline = load_pipeline(reference, given)
+        if not reference.endswith(".toml"):
+            return cls(pipeline)
+        info = CheckpointLayout.of(pipeline.checkpoint).read_info() or {}
+        recorded = RecordedSettings.from_json(info.get(SETTINGS_FIELD))
+        if recorded is None:
+            return cls(pipeline)
+        replay = {**recorded.replayable_overrides(), **given}
+        notes = []
+        if replay != given:
+            pipeline = load_pipeline(reference, replay)
+            shown = ", ".join(f"{k}={v!r}" for k, v in sorted(replay.items()) if k not in given)
+            notes.append(
+                f"using the overrides the last run ({recorded.recorded_at}) recorded in the "
+                f"checkpoint: {shown}"
+            )
+        masked = sorted(k for k, v in recorded.overrides.items() if k not in replay)
+        if masked:
+            notes.append(
+                f"the last run overrode {', '.join(masked)} with a secret that is not recorded: "
+                "using the file's value (pass it again with --set if it differs)"
+            )
+        if recorded.source and recorded.source not in ("python", reference):
+            notes.append(f"the last run used {recorded.source}, not {reference}")
+        return cls(pipeline, notes)
 
     @property
     def processor(self) -> Processor[Any, Any, Any]:
@@ -75,14 +109,19 @@ class OpsTarget:
         return options
 
     @property
+    def layout(self) -> CheckpointLayout:
+        """The pipeline's checkpoint."""
+        return CheckpointLayout.of(self.pipeline.checkpoint)
+
+    @property
     def checkpoint_root(self) -> str:
         """The checkpoint root (no trailing slash)."""
-        return str(self.pipeline.checkpoint).rstrip("/")
+        return self.layout.root
 
     @property
     def spark_dir(self) -> str:
         """Spark's checkpoint directory (offsets and commits logs)."""
-        return f"{self.checkpoint_root}/spark"
+        return self.layout.spark_dir
 
     @cached_property
     def batch_offset(self) -> int:
@@ -91,19 +130,10 @@ class OpsTarget:
         After a repair the new checkpoint's batch ``b`` is the output's batch
         ``batch_offset + b`` (see :mod:`inorder.sinks.offset_ids`).
         """
-        import json
-
-        from inorder.pipeline.query import CHECKPOINT_FILE
-        from inorder.sinks import fs as sfs
-
-        location = sfs.resolve(self.checkpoint_root)
-        path = location.join(CHECKPOINT_FILE)
-        if not sfs.exists(location, path):
-            return 0
-        info: dict[str, Any] = json.loads(sfs.read_bytes(location, path))
+        info = self.layout.read_info() or {}
         return int(info.get("batch_offset", 0))
 
     @cached_property
     def engine(self) -> CheckpointStore:
         """inorder's state checkpoint."""
-        return CheckpointStore(f"{self.checkpoint_root}/engine")
+        return CheckpointStore(self.layout.engine_dir)

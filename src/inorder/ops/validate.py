@@ -65,6 +65,16 @@ class PartitionDiff:
     started_from_version: int | None = None
     failed: str | None = None
     samples: list[dict[str, Any]] = field(default_factory=list)
+    unchecked_from: int | None = None
+    """First offset of output rows whose records expired from Kafka (not checkable)."""
+    unchecked_to: int | None = None
+    """Kafka's log-start offset: records below it can no longer be recomputed."""
+    unchecked_rows: int = 0
+
+    @property
+    def checkable(self) -> bool:
+        """Whether every output row in the compared range could be recomputed."""
+        return self.unchecked_rows == 0
 
     @property
     def ok(self) -> bool:
@@ -75,9 +85,16 @@ class PartitionDiff:
         """One human line."""
         where = f"{self.topic}[{self.partition}]"
         span = f"offsets {self.from_offset}..{'' if self.to_offset is None else self.to_offset}"
+        unchecked = (
+            f"; {self.unchecked_rows:,} output rows of offsets {self.unchecked_from}.."
+            f"{self.unchecked_to} NOT CHECKABLE: records they depend on expired from Kafka"
+            if self.unchecked_rows
+            else ""
+        )
         if self.ok:
             rows = f"{self.expected_rows:,} rows match ({self.records:,} records)"
-            return f"OK    {where} {span}: {rows}"
+            status = "OK   " if self.checkable else "NOCHK"
+            return f"{status} {where} {span}: {rows}{unchecked}"
         text = (
             f"DIFF  {where} {span}: first differing offset {self.first_offset}, "
             f"missing {self.missing:,}, extra {self.extra:,}, different {self.different:,} "
@@ -85,7 +102,7 @@ class PartitionDiff:
         )
         if self.failed:
             text += f"; recomputation stopped: {self.failed}"
-        return text
+        return text + unchecked
 
 
 @dataclass
@@ -104,7 +121,10 @@ class ValidationReport:
         """JSON-ready form."""
         return {
             "ok": self.ok,
-            "partitions": [asdict(p) | {"ok": p.ok} for p in self.partitions],
+            "partitions": [
+                asdict(p) | {"ok": p.ok, "checkable": p.checkable} for p in self.partitions
+            ],
+            "checkable": all(p.checkable for p in self.partitions),
             "notes": self.notes,
             "totals": {
                 k: sum(getattr(p, k) for p in self.partitions)
@@ -123,9 +143,16 @@ class ValidationReport:
         """Human-readable report."""
         out = [p.line() for p in self.partitions]
         bad = [p for p in self.partitions if not p.ok]
+        unchecked = [p for p in self.partitions if not p.checkable]
         out.append(
             f"{len(self.partitions)} partition(s) checked, "
             + ("no discrepancy" if not bad else f"{len(bad)} with discrepancies")
+            + (
+                f"; {len(unchecked)} with output rows not checkable (records expired from "
+                f"Kafka: {sum(p.unchecked_rows for p in unchecked):,} rows)"
+                if unchecked
+                else ""
+            )
         )
         out.extend(f"note: {n}" for n in self.notes)
         return out
@@ -240,9 +267,18 @@ def _has_timeouts(target: OpsTarget) -> bool:
 
 
 def _start_state(
-    target: OpsTarget, log: BatchLog, tp: TopicPartition, wanted: int, last_batch: int | None
+    target: OpsTarget,
+    log: BatchLog,
+    tp: TopicPartition,
+    wanted: int,
+    last_batch: int | None,
+    at_least: int = 0,
 ) -> tuple[int | None, dict[str, KeyEntry], PartitionMeta, int | None]:
-    """The newest committed state version of ``tp`` ending at or before offset ``wanted``."""
+    """The newest committed state version of ``tp`` ending at or before offset ``wanted``.
+
+    Only versions ending at or after ``at_least`` (Kafka's log start when records expired)
+    count; when none ends before ``wanted``, the earliest one after it is taken.
+    """
     from inorder.statecodec import StateCodec
 
     candidates = []
@@ -256,14 +292,40 @@ def _start_state(
             continue
         if last_batch is not None and v > last_batch:
             continue
-        if entry.end[tp] <= wanted:
+        if entry.end[tp] >= at_least:
             candidates.append((v, entry.end[tp]))
-    if not candidates:
+    before = [c for c in candidates if c[1] <= wanted]
+    if before:
+        version, end = max(before)
+    elif candidates and at_least:
+        version, end = min(candidates, key=lambda c: (c[1], c[0]))
+    else:
         return None, {}, PartitionMeta(), None
-    version, end = max(candidates)
     state = load_partition_state(target.engine, tp, version)
     codec = StateCodec(target.types.state)
     return version, state.decoded(codec.decode), state.meta, end
+
+
+def _mark_expired(
+    diff: PartitionDiff,
+    output: OutputView,
+    in_output: tuple[int, int, int] | None,
+    log_start: int,
+    from_offset: int | None,
+) -> bool:
+    """Record output rows produced by records that expired from Kafka: they cannot be
+    recomputed, so they are reported as not checkable instead of silently counted as OK.
+    Returns whether there are any."""
+    if in_output is None or not in_output[0]:
+        return False
+    lowest = max(in_output[1], from_offset or 0)
+    if lowest >= log_start:
+        return False
+    tp = TopicPartition(diff.topic, diff.partition)
+    rows = output.count(tp, lowest, log_start)
+    if rows:
+        diff.unchecked_from, diff.unchecked_to, diff.unchecked_rows = lowest, log_start, rows
+    return rows > 0
 
 
 def _initial_offset(target: OpsTarget, tp: TopicPartition, low: int) -> int:
@@ -331,16 +393,32 @@ def validate(
         if from_time_ms is not None:
             at = starts.get(tp)
             compare_from = max(compare_from, end if at is None else at)
-        version, entries, meta, apply_start = _start_state(target, log, tp, compare_from, sink_last)
+        diff = PartitionDiff(tp.topic, tp.partition, compare_from, end)
+        expired = _mark_expired(diff, output, out_parts.get(tp), mark.low, from_offset)
+        version, entries, meta, apply_start = _start_state(
+            target, log, tp, compare_from, sink_last, at_least=mark.low if expired else 0
+        )
+        diff.started_from_version = version
+        if expired and version is None:
+            # Records below the log start were applied, and no saved state lies past them:
+            # a recomputation from the log start with empty state would judge every later
+            # row against the wrong state. Nothing of this partition can be checked.
+            diff.unchecked_to = end
+            diff.unchecked_rows = output.count(tp, diff.unchecked_from, end)
+            report.partitions.append(diff)
+            continue
         if apply_start is None:
             apply_start = _initial_offset(target, tp, mark.low)
+        elif expired and apply_start > compare_from:
+            # The first saved state past the log start: rows before it are not checkable.
+            diff.from_offset = compare_from = apply_start
+            diff.unchecked_to = apply_start
+            diff.unchecked_rows = output.count(tp, diff.unchecked_from, apply_start)
         segments, exact = plan_segments(
             log if log.batches else None, tp, apply_start, end, sink_last
         )
         if version is not None:
             segments = [s for s in segments if s.batch_id > version]
-        diff = PartitionDiff(tp.topic, tp.partition, compare_from, end)
-        diff.started_from_version = version
         diff.exact_batches = exact
         if not exact and keep_rows:
             inexact.append(str(tp))

@@ -337,9 +337,13 @@ def load_pipeline(reference: str, overrides: Mapping[str, Any] | None = None) ->
     """A pipeline from a TOML file path or a ``module:attribute`` (a Pipeline or a factory)."""
     if reference.endswith(".toml") or Path(reference).is_file():
         config = load_toml(reference)
-        for dotted, value in (overrides or {}).items():
-            section, _, key = dotted.partition(".")
-            config[section][key] = value
+        if overrides:
+            for dotted, value in overrides.items():
+                section, _, key = dotted.partition(".")
+                if section not in config:
+                    raise ConfigError(f"--set: unknown section {section!r}")
+                config[section][key] = value
+            config = validate(config, origin=reference)
         return build_pipeline(config)
     target = import_reference(reference, "pipeline")
     return target() if callable(target) and not hasattr(target, "run") else target

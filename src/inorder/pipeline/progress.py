@@ -58,6 +58,27 @@ class RunSummary:
                 mine[rule] = mine.get(rule, 0) + count
 
 
+@dataclass
+class RunningBatch:
+    """A micro-batch still running: what a terminal shows while waiting for its line."""
+
+    batch_id: int
+    seconds: float
+    tasks_done: int = 0
+    tasks_total: int = 0
+    planned_records: int | None = None
+
+
+def format_running(r: RunningBatch) -> str:
+    """One line: batch, elapsed time, tasks done, records planned."""
+    parts = [f"batch {r.batch_id} running for {r.seconds:.0f} s"]
+    if r.tasks_total:
+        parts.append(f"tasks {r.tasks_done}/{r.tasks_total}")
+    if r.planned_records is not None:
+        parts.append(f"{r.planned_records:,} records planned")
+    return ", ".join(parts)
+
+
 class ProgressReporter(Protocol):
     """Where progress goes."""
 
@@ -121,8 +142,20 @@ def format_summary(s: RunSummary) -> str:
 class PlainReporter:
     """Plain text lines on stderr (stdout stays free for results)."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, heartbeat_seconds: float = 15.0) -> None:
         self._stream = stream or sys.stderr
+        self._heartbeat = heartbeat_seconds
+        self._next_heartbeat: tuple[int, float] = (-1, 0.0)
+
+    def running(self, status: RunningBatch) -> None:
+        """A line every ``heartbeat_seconds`` while a long batch runs (logs stay readable)."""
+        batch_id, due = self._next_heartbeat
+        if batch_id != status.batch_id:
+            self._next_heartbeat = (status.batch_id, self._heartbeat)
+            return
+        if status.seconds >= due:
+            print(format_running(status), file=self._stream, flush=True)
+            self._next_heartbeat = (batch_id, due + self._heartbeat)
 
     def batch(self, progress: BatchProgress) -> None:
         """Print the batch line."""
@@ -145,18 +178,36 @@ class RichReporter(PlainReporter):
         from rich.console import Console
 
         self._console = Console(stderr=True, highlight=False)
+        self._status: Any = None
+
+    def running(self, status: RunningBatch) -> None:
+        """A live status line (spinner, elapsed time, tasks), replaced by the batch line."""
+        text = format_running(status)
+        if self._status is None:
+            self._status = self._console.status(text)
+            self._status.start()
+        else:
+            self._status.update(text)
+
+    def _end_status(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
 
     def batch(self, progress: BatchProgress) -> None:
         """Print the batch line, violations in red."""
+        self._end_status()
         style = "red" if progress.violations else None
         self._console.print(format_batch(progress), style=style, markup=False)
 
     def info(self, text: str) -> None:
         """Print a note, dimmed."""
+        self._end_status()
         self._console.print(text, style="dim", markup=False)
 
     def summary(self, summary: RunSummary) -> None:
         """Print the summary in bold."""
+        self._end_status()
         self._console.print(format_summary(summary), style="bold", markup=False)
 
 

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-import uuid
 from typing import Any
 
 from inorder.durations import parse_duration
 from inorder.errors import ConfigError
-from inorder.sinks import fs as sfs
+from inorder.pipeline.checkpoint_layout import CHECKPOINT_FILE, CheckpointLayout
 
-#: The file holding a checkpoint's id (and what ``inorder repair`` adds to it).
-CHECKPOINT_FILE = "inorder-checkpoint.json"
+__all__ = ["CHECKPOINT_FILE", "checkpoint_owner", "trigger_kwargs"]
 
 
 def trigger_kwargs(trigger: str) -> dict[str, Any]:
@@ -30,19 +26,5 @@ def trigger_kwargs(trigger: str) -> dict[str, Any]:
 
 
 def checkpoint_owner(checkpoint: str) -> str:
-    """The checkpoint's id: created with the checkpoint, kept for its whole life.
-
-    Sinks are bound to it (:meth:`inorder.sinks.base.Sink.bind`): batch ids restart with
-    every checkpoint, so output committed under another id must not count as committed.
-    """
-    location = sfs.resolve(checkpoint)
-    if not location.is_s3:
-        try:
-            location.filesystem.create_dir(location.root, recursive=True)
-        except OSError as exc:
-            raise ConfigError(f"checkpoint {checkpoint!r} is not writable: {exc}") from None
-    path = location.join(CHECKPOINT_FILE)
-    with contextlib.suppress(sfs.AlreadyExists):  # created by an earlier run: keep it
-        sfs.put_if_absent(location, path, json.dumps({"id": uuid.uuid4().hex}).encode())
-    owner: str = json.loads(sfs.read_bytes(location, path))["id"]
-    return owner
+    """The checkpoint's id (see :meth:`CheckpointLayout.ensure_owner`)."""
+    return CheckpointLayout.of(checkpoint).ensure_owner()

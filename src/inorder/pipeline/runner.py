@@ -13,6 +13,7 @@ or re-run by the next start: never half-applied.
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -22,13 +23,23 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from inorder.errors import ConfigError, InorderError
+from inorder.pipeline.checkpoint_layout import CheckpointLayout
+from inorder.pipeline.failures import explain_failure
+from inorder.pipeline.identity import (
+    IDENTITY_FIELD,
+    SETTINGS_FIELD,
+    PipelineIdentity,
+    RecordedSettings,
+    check_identity,
+)
 from inorder.pipeline.progress import (
     BatchProgress,
     ProgressReporter,
+    RunningBatch,
     RunSummary,
     make_reporter,
 )
-from inorder.pipeline.query import checkpoint_owner, trigger_kwargs
+from inorder.pipeline.query import trigger_kwargs
 
 if TYPE_CHECKING:
     from inorder.pipeline.pipeline import Pipeline
@@ -47,8 +58,12 @@ class PipelineRunner:
         reporter: ProgressReporter | None = None,
         handle_signals: bool = True,
         stop_after_batches: int | None = None,
+        settings: RecordedSettings | None = None,
+        accept_changes: bool = False,
     ) -> None:
         self.pipeline = pipeline
+        self.settings = settings
+        self.accept_changes = accept_changes
         self.reporter = reporter or make_reporter(pipeline.progress)
         self.handle_signals = handle_signals
         self.stop_after_batches = stop_after_batches
@@ -63,6 +78,9 @@ class PipelineRunner:
         self._observers = SafeObservers(pipeline.observers)
         self._backend: Any = None
         self._materializer: Any = None
+        self._log_file: str | None = None
+        self._running: tuple[int, float] | None = None
+        self._planned: tuple[int, int | None] = (-1, None)
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -120,6 +138,7 @@ class PipelineRunner:
             self._quiet_spark()
             raise _StopRequested()
         with self._in_batch:
+            self._running = (batch_id, time.monotonic())
             try:
                 report = self._backend.run_batch(df, batch_id)
                 if self._materializer is not None:
@@ -129,6 +148,8 @@ class PipelineRunner:
                 self._failure = exc
                 self._quiet_spark()
                 raise
+            finally:
+                self._running = None
             self._reports[batch_id] = report
             self._batches_done += 1
             if self.stop_after_batches is not None and (
@@ -146,6 +167,13 @@ class PipelineRunner:
 
     def run(self) -> RunSummary:
         """Start the query, report progress, stop on signal or completion; return a summary."""
+        self._check_checkpoint_writable()
+        layout = CheckpointLayout.of(self.checkpoint)
+        self._log_file = layout.run_log_file(self.pipeline.name)
+        with layout.run_lock():
+            return self._run()
+
+    def _run(self) -> RunSummary:
         from inorder.pipeline.spark import build_spark_session
 
         started = time.monotonic()
@@ -159,12 +187,13 @@ class PipelineRunner:
         self.pipeline = resume_overrides(self.pipeline, self.checkpoint)
         p = self.pipeline
         summary = RunSummary(output=p.sink.describe())
-        self._check_checkpoint_writable()
         trigger = self._trigger_kwargs()
         # Everything that can be wrong is checked before Spark starts: broker, options,
         # output types, state compatibility, sink.
         p.source.check(self._source_options())
-        owner = checkpoint_owner(self.checkpoint)
+        layout = CheckpointLayout.of(self.checkpoint)
+        owner = layout.ensure_owner()
+        self._check_identity(layout)
         p.sink.bind(owner)
         if p.dead_letter is not None:
             p.dead_letter.bind(owner)
@@ -185,7 +214,10 @@ class PipelineRunner:
         self._materializer = pipeline_materializer(p)
         self.reporter.info(f"inorder: starting {p.name!r} on {p.spark_master}, {p.sink.describe()}")
         self._spark = build_spark_session(
-            master=p.spark_master, app_name=p.name, conf=dict(p.spark_conf)
+            master=p.spark_master,
+            app_name=p.name,
+            conf=dict(p.spark_conf),
+            log_file=self._log_file,
         )
         df = p.source.load(self._spark, extra_options=self._source_options())
         prepare = getattr(self._backend, "prepare_stream", None)
@@ -208,6 +240,7 @@ class PipelineRunner:
                 except Exception:  # the query failed: _raise_failure reports why
                     break
                 self._report_progress(query, printed, summary)
+                self._report_running()
                 if self._stop.is_set() and query.isActive:
                     with self._in_batch:
                         self._quiet_spark()
@@ -236,18 +269,47 @@ class PipelineRunner:
         self.reporter.summary(summary)
         return summary
 
+    def _check_identity(self, layout: CheckpointLayout) -> None:
+        """Refuse a checkpoint of another pipeline; record identity and settings."""
+        from inorder.processor import processor_types
+        from inorder.schema import output_schema
+
+        p = self.pipeline
+        try:
+            schema = output_schema(processor_types(p.processor).out)
+        except (TypeError, InorderError):
+            return  # the backend's check names the problem with the output type
+        current = PipelineIdentity.of(p, schema)
+        info = layout.read_info() or {}
+        recorded_data = info.get(IDENTITY_FIELD)
+        recorded = PipelineIdentity.from_json(recorded_data) if recorded_data else None
+        for note in check_identity(recorded, current, layout.root, self.accept_changes):
+            self.reporter.info(f"inorder: {note}")
+        settings = self.settings or RecordedSettings.of("python", None)
+        history = list(info.get("history") or [])
+        if recorded is not None and recorded != current:
+            history.append({"until": settings.recorded_at, IDENTITY_FIELD: recorded.to_json()})
+        layout.update_info(
+            **{
+                IDENTITY_FIELD: current.to_json(),
+                SETTINGS_FIELD: settings.to_json(),
+                "history": history[-20:],
+            }
+        )
+
     def _raise_failure(self, query: Any) -> None:
         failure = self._failure
         if isinstance(failure, InorderError):
             raise failure
         if failure is not None and not isinstance(failure, _StopRequested):
-            raise InorderError(f"micro-batch failed: {type(failure).__name__}: {failure}")
+            raise explain_failure(
+                f"{type(failure).__name__}: {failure}", self.checkpoint, self._log_file
+            ) from None
         if self._stop.is_set():
             return
         exc = query.exception()
         if exc is not None:
-            message = str(exc).strip().splitlines()
-            raise InorderError(f"query failed: {message[0] if message else exc!r}")
+            raise explain_failure(str(exc), self.checkpoint, self._log_file) from None
 
     def _report_progress(self, query: Any, printed: set[int], summary: RunSummary) -> None:
         for progress in query.recentProgress:
@@ -263,6 +325,19 @@ class PipelineRunner:
             summary.add(line)
             self.reporter.batch(line)
             self._observers.on_batch(line, _lag_by_partition(data))
+
+    def _report_running(self) -> None:
+        """Show a batch that is still running (a long batch is not silence)."""
+        running = self._running
+        # Reporters written before `running` existed keep working without it.
+        show = getattr(self.reporter, "running", None)
+        if running is None or show is None:
+            return
+        batch_id, started = running
+        done, total = _task_counts(self._spark)
+        if self._planned[0] != batch_id:
+            self._planned = (batch_id, planned_records(self.checkpoint, batch_id))
+        show(RunningBatch(batch_id, time.monotonic() - started, done, total, self._planned[1]))
 
     def stop(self) -> None:
         """Ask the run to stop after the current micro-batch (from any thread)."""
@@ -289,6 +364,52 @@ class PipelineRunner:
                 signal.signal(sig, handler)
 
         return restore
+
+
+def _task_counts(spark: Any) -> tuple[int, int]:
+    """Tasks done and in all of the stages running now (0, 0 when unknown)."""
+    try:
+        tracker = spark.sparkContext.statusTracker()
+        done = total = 0
+        for stage_id in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(stage_id)
+            if info is not None:
+                done += int(info.numCompletedTasks)
+                total += int(info.numTasks)
+        return done, total
+    except Exception:  # progress is informative: never fail a run over it
+        return 0, 0
+
+
+def planned_records(checkpoint: str, batch_id: int) -> int | None:
+    """Offsets a micro-batch covers, from Spark's offsets log (local checkpoints only)."""
+    import os
+
+    from inorder.kafka.offsets import SourceOffset
+
+    root = CheckpointLayout.of(checkpoint).local_root
+    if root is None:
+        return None
+
+    def offset_of(n: int) -> SourceOffset | None:
+        try:
+            with open(os.path.join(root, "spark", "offsets", str(n)), encoding="utf-8") as f:
+                lines = [line for line in f.read().splitlines() if line.strip()]
+            return SourceOffset.from_dict(json.loads(lines[-1]))
+        except (OSError, ValueError, IndexError, KeyError):
+            return None
+
+    end = offset_of(batch_id)
+    if end is None:
+        return None
+    start = offset_of(batch_id - 1) if batch_id > 0 else None
+    before = dict(start.positions) if start is not None else {}
+    total = 0
+    for tp, position in end.positions.items():
+        first = before.get(tp, end.starts.get(tp))
+        if first is not None:
+            total += max(0, position - first)
+    return total
 
 
 def _progress_dict(progress: Any) -> dict[str, Any]:

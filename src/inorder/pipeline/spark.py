@@ -16,6 +16,7 @@ def build_spark_session(
     app_name: str = "inorder",
     conf: Mapping[str, str] | None = None,
     local_dir: str | None = None,
+    log_file: str | None = None,
 ) -> Any:
     """Create (or get) the SparkSession, with inorder's data source registered.
 
@@ -26,6 +27,10 @@ def build_spark_session(
     ``inorder._daemon``, see :func:`daemon_module_default`), which imports PySpark, pyarrow
     and inorder's engine once instead of in every new worker. ``conf`` overrides every
     default here, that one included (``pyspark.daemon`` is PySpark's own).
+
+    Spark's own log (warnings, errors, JVM stack traces) goes to ``log_file`` (default: a
+    file in the temporary directory), not to the terminal: the runner reports failures in
+    one line that names the file. Applies when this call starts the JVM.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -36,14 +41,21 @@ def build_spark_session(
     from pyspark.sql import SparkSession
 
     log_config = Path(__file__).with_name("log4j2.properties")
+    executor_log_config = Path(__file__).with_name("log4j2-executor.properties")
+    driver_options = f"-Dlog4j2.configurationFile={log_config}"
+    if log_file:
+        driver_options += f" -Dinorder.logFile={log_file}"
 
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config}")
-        .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config}")
+        .config("spark.driver.extraJavaOptions", driver_options)
+        .config(
+            "spark.executor.extraJavaOptions",
+            f"-Dlog4j2.configurationFile={executor_log_config}",
+        )
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")

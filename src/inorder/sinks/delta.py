@@ -184,6 +184,8 @@ class DeltaSink(Sink):
                         f"{self.path}: table is partitioned by {existing}, "
                         f"sink partition_by is {self.partition_by}"
                     )
+                self._check_schema(table, target)
+                self._check_owner(table)
             else:
                 DeltaTable.create(
                     loc.delta_uri(),
@@ -199,6 +201,36 @@ class DeltaSink(Sink):
                 f"{self.path}: cannot open Delta table: {sfs.describe_error(exc, secrets)}"
             ) from None
         self._schema = target
+
+    def _check_schema(self, table: Any, target: pa.Schema) -> None:
+        """Refuse an output whose columns differ from the table's (no silent mixing)."""
+        from deltalake import Schema
+
+        def columns(schema: Any) -> list[tuple[str, str, bool]]:
+            return [(f.name, str(f.type), bool(f.nullable)) for f in schema.fields]
+
+        have, want = columns(table.schema()), columns(Schema.from_arrow(target))
+        if have != want:
+            gone = [c[0] for c in have if c not in want]
+            new = [c[0] for c in want if c not in have]
+            raise SinkError(
+                f"{self.path}: the Delta table's columns differ from this pipeline's output "
+                f"(table only: {gone or 'none'}; output only: {new or 'none'}); write this "
+                "output to a new table with a new checkpoint (or a new job_version)"
+            )
+
+    def _check_owner(self, table: Any) -> None:
+        """Refuse a table holding data committed by another pipeline checkpoint."""
+        if self._explicit_app_id or self.owner is None:
+            return  # an explicit app_id is the operator's statement of ownership
+        if table.version() > 0 and self.committed_version() is None:
+            raise SinkError(
+                f"{self.path}: already holds data this pipeline checkpoint did not commit "
+                f"(no transaction of app id {self.app_id!r} in {table.version()} versions); "
+                "batch ids restart with every checkpoint, so the new run would write records "
+                "again that the table already holds. Use a new table path, or the checkpoint "
+                "that wrote it"
+            )
 
     def open_writer(self, schema: pa.Schema, batch_id: int, task_key: str) -> BatchWriter:
         """Executor: a writer of data files for this task attempt."""

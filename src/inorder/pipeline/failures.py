@@ -1,0 +1,68 @@
+"""Turning a failed streaming query into one line that names the cause and what to do.
+
+Spark reports a failure of inorder's own code (the source's planner, a task, the batch
+function) as a JVM exception whose message embeds the Python traceback. The operator needs
+the inorder error inside it, not the trace: the trace goes to the run's log file, and the
+line printed names the log.
+"""
+
+from __future__ import annotations
+
+import re
+
+from inorder.errors import ConfigError, DataLossError, InorderError, IntegrityError
+
+_PYTHON_ERROR = re.compile(
+    r"^\s*(?P<cls>[A-Za-z_][\w.]*(?:Error|Exception|Exit)): (?P<message>\S.*)$"
+)
+_KNOWN: dict[str, type[InorderError]] = {
+    "ConfigError": ConfigError,
+    "DataLossError": DataLossError,
+    "IntegrityError": IntegrityError,
+    "InorderError": InorderError,
+}
+#: Spark's error classes that mean another query writes the same checkpoint.
+_CONCURRENT = (
+    "CONCURRENT_STREAM_LOG_UPDATE",
+    "CONCURRENT_QUERY",
+    "ConcurrentModificationException",
+)
+
+
+def explain_failure(text: str, checkpoint: str, log_file: str | None = None) -> InorderError:
+    """The error to show for a query or batch that failed with ``text`` (a JVM message)."""
+    where = f" (full trace in {log_file})" if log_file else ""
+    if any(marker in text for marker in _CONCURRENT):
+        return ConfigError(
+            f"another run of this pipeline is writing checkpoint {checkpoint} (Spark found "
+            "its offsets log changed under it); stop the other copy, or give this one its own "
+            f"pipeline.checkpoint{where}"
+        )
+    found = _python_error(text)
+    if found is not None:
+        name, message = found
+        error_class = _KNOWN.get(name.rsplit(".", 1)[-1], InorderError)
+        if not name.startswith("inorder."):
+            message = f"{name.rsplit('.', 1)[-1]}: {message}"
+        return error_class(f"{message}{where}")
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    first = lines[0] if lines else "unknown failure"
+    first = re.sub(r"^\[[A-Z_.]+\]\s*", "", first)
+    return InorderError(f"query failed: {first}{where}")
+
+
+def _python_error(text: str) -> tuple[str, str] | None:
+    """The innermost Python exception in a message: inorder's own first, else the last one."""
+    found: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        match = _PYTHON_ERROR.match(line)
+        if match is None:
+            continue
+        name = match.group("cls")
+        if name.startswith(("org.", "java.", "scala.", "py4j.")) or name.endswith("Exit"):
+            continue
+        found.append((name, match.group("message").strip()))
+    if not found:
+        return None
+    own = [f for f in found if f[0].startswith("inorder.")]
+    return (own or found)[-1]

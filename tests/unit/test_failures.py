@@ -1,0 +1,55 @@
+"""A failed query's JVM message becomes one line naming inorder's own error."""
+
+from __future__ import annotations
+
+from inorder.errors import ConfigError, DataLossError, InorderError
+from inorder.pipeline.failures import explain_failure
+
+SOURCE_FAILURE = """[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming \
+data source perform latestOffset: Traceback (most recent call last):
+  File "/x/pyspark/sql/streaming/python_streaming_source_runner.py", line 281, in main
+  File "/x/inorder/kafka/source.py", line 222, in latestOffset
+    raise DataLossError(event.message())
+inorder.errors.DataLossError: data loss in topic 't' partition 0: expected offset 100 but \
+the earliest available offset is 150
+ SQLSTATE: 38000
+\tat org.apache.spark.sql.errors.QueryExecutionErrors$.pythonStreamingDataSourceRuntimeError(x)
+"""
+
+TASK_FAILURE = """Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times, most \
+recent failure: Lost task 0.0: org.apache.spark.api.python.PythonException: Traceback (most \
+recent call last):
+  File "/x/inorder/engine/task.py", line 10, in run
+ValueError: bad thing happened
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(x)
+"""
+
+CONCURRENT = """[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple \
+streaming jobs detected for 3.
+\tat org.apache.spark.sql.errors.QueryExecutionErrors$.concurrentStreamLogUpdate(x)
+"""
+
+
+def test_inorder_error_inside_a_jvm_trace_is_the_line() -> None:
+    error = explain_failure(SOURCE_FAILURE, "ck", "ck/inorder-run.log")
+    assert isinstance(error, DataLossError)
+    assert str(error).startswith("data loss in topic 't' partition 0: expected offset 100")
+    assert str(error).endswith("(full trace in ck/inorder-run.log)")
+    assert "\n" not in str(error)
+
+
+def test_other_python_error_keeps_its_type() -> None:
+    error = explain_failure(TASK_FAILURE, "ck")
+    assert type(error) is InorderError
+    assert str(error) == "ValueError: bad thing happened"
+
+
+def test_concurrent_copies_are_named() -> None:
+    error = explain_failure(CONCURRENT, "s3://b/ck", "/tmp/x.log")
+    assert isinstance(error, ConfigError)
+    assert "another run of this pipeline is writing checkpoint s3://b/ck" in str(error)
+
+
+def test_unknown_failure_keeps_the_first_line_without_the_error_class() -> None:
+    error = explain_failure("[SOME_SPARK_ERROR] it broke\n\tat org.apache.X", "ck")
+    assert str(error) == "query failed: it broke"
