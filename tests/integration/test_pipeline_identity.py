@@ -230,3 +230,36 @@ def test_secrets_are_never_recorded() -> None:
     text = json.dumps(settings.to_json())
     assert "hunter2" not in text and "s3cr3t" not in text and '"t"' not in text
     assert settings.replayable_overrides() == {}
+
+
+def _commit(path: str, schema: pa.Schema, batch_id: int, rows: int) -> None:
+    from inorder.sinks.parquet import ParquetSink
+
+    sink = ParquetSink(path, partition_by=["topic"])
+    sink.check(schema)
+    writer = sink.open_writer(schema, batch_id, "t")
+    columns: list[pa.Array] = [
+        pa.array(["a"] * rows),
+        pa.array(range(batch_id * 10, batch_id * 10 + rows), pa.int64()),
+    ]
+    if "note" in schema.names:
+        columns.append(pa.array(["x"] * rows))
+    columns.append(pa.array([batch_id] * rows, pa.int64()))
+    writer.write(pa.record_batch(columns, schema=schema))
+    assert sink.commit(batch_id, writer.close())
+
+
+def test_parquet_output_evolves_only_compatibly(tmp_path: Path) -> None:
+    """Also for outputs whose checkpoint predates recorded identities."""
+    from inorder.sinks.base import SinkError
+    from inorder.sinks.parquet import read_committed
+
+    path = str(tmp_path / "out")
+    old = pa.schema([("topic", pa.string()), ("offset", pa.int64()), ("batch_id", pa.int64())])
+    _commit(path, old, 0, 3)
+    _commit(path, old.insert(2, pa.field("note", pa.string())), 1, 2)
+    table = read_committed(path)
+    assert table.column("note").to_pylist() == [None, None, None, "x", "x"]
+    retyped = pa.schema([("topic", pa.string()), ("offset", pa.string()), ("batch_id", pa.int64())])
+    with pytest.raises(SinkError, match="changed incompatibly"):
+        _commit(path, retyped, 2, 1)

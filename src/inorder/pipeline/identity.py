@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from inorder.errors import ConfigError
+from inorder.sinks.evolution import schema_change
 
 #: Field of the checkpoint info file holding the identity.
 IDENTITY_FIELD = "pipeline"
@@ -148,36 +149,6 @@ def schema_from_text(text: str) -> pa.Schema:
 def schema_fingerprint(text: str) -> str:
     """A short fingerprint of a recorded schema, for messages."""
     return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def schema_change(old: pa.Schema, new: pa.Schema) -> tuple[bool, list[str]]:
-    """Whether ``old -> new`` is a compatible evolution, and lines describing the change.
-
-    Compatible: every old column is still there with the same type and no stricter
-    nullability; new columns are nullable (old files read them as null).
-    """
-    lines: list[str] = []
-    compatible = True
-    for f in old:
-        if f.name not in new.names:
-            lines.append(f"column {f.name!r} ({f.type}) was removed")
-            compatible = False
-            continue
-        g = new.field(f.name)
-        if not g.type.equals(f.type):
-            lines.append(f"column {f.name!r} changed type {f.type} -> {g.type}")
-            compatible = False
-        elif f.nullable and not g.nullable:
-            lines.append(f"column {f.name!r} became not null")
-            compatible = False
-    for g in new:
-        if g.name not in old.names:
-            if g.nullable:
-                lines.append(f"column {g.name!r} ({g.type}) added")
-            else:
-                lines.append(f"column {g.name!r} ({g.type}) added as not null")
-                compatible = False
-    return compatible, lines
 
 
 @dataclass

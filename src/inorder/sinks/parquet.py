@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 
 from inorder.sinks import fs as sfs
 from inorder.sinks.base import BatchWriter, Sink, SinkError, WrittenFile
+from inorder.sinks.evolution import schema_change
 
 META_DIR = "_inorder"
 STAGING_DIR = f"{META_DIR}/staging"
@@ -751,6 +752,23 @@ class ParquetSink(Sink):
         self._schema = schema
         self._recover()
         self._check_owner()
+        self._check_schema(schema)
+
+    def _check_schema(self, schema: pa.Schema) -> None:
+        """Refuse output rows the committed files' schema cannot take in place."""
+        if self.last_committed_batch() is None:
+            return
+        committed = load_state(self.location).schema
+        if committed is None or committed.equals(schema, check_metadata=False):
+            return
+        compatible, changes = schema_change(committed.remove_metadata(), schema.remove_metadata())
+        if not compatible:
+            raise SinkError(
+                f"{self.path}: the output schema changed incompatibly ({'; '.join(changes)}); "
+                "the dataset holds rows of the old schema and files of two schemas must not "
+                "mix. Write this output to a new path with a new checkpoint (or a new "
+                "job_version); only adding nullable columns evolves a dataset in place"
+            )
 
     def _check_owner(self) -> None:
         """Refuse a dataset whose last commit came from another pipeline checkpoint."""
@@ -1077,6 +1095,9 @@ def _read_files(location: sfs.Location, state: DatasetState) -> pa.Table:
         return pa.table({})
     dataset = ds.dataset(
         paths,
+        # The newest schema: files written before a compatible evolution (columns added as
+        # nullable) read the new columns as null instead of deciding the schema themselves.
+        schema=schema,
         filesystem=location.filesystem,
         format="parquet",
         partitioning=ds.partitioning(part_schema, flavor="hive") if partition_by else None,
