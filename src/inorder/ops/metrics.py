@@ -1,6 +1,6 @@
 """A Prometheus endpoint for a running pipeline (prometheus-client).
 
-:class:`MetricsExporter` is a :class:`~inorder.ops.observer.RunObserver`: it updates its
+:class:`MetricsExporter` is a :class:`~inorder.pipeline.observer.RunObserver`: it updates its
 metrics after every micro-batch and serves them over HTTP (``/metrics``) on
 ``127.0.0.1:9108`` by default; binding another address is an explicit choice. Every metric
 has a ``pipeline`` label.

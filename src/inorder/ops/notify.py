@@ -1,6 +1,6 @@
 """Failure notifications: query failure, stalls and integrity violations, to a webhook or command.
 
-:class:`Notifier` is a :class:`~inorder.ops.observer.RunObserver`. Events are queued and
+:class:`Notifier` is a :class:`~inorder.pipeline.observer.RunObserver`. Events are queued and
 delivered by one background thread, with retries and exponential backoff; a notifier that
 cannot deliver logs a warning and drops the event after its retries: it never raises into
 the job and never blocks a micro-batch.

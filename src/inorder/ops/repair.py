@@ -26,7 +26,6 @@ recomputes the same plan and skips what is done; a repair applied twice finds no
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from collections.abc import Mapping
@@ -223,38 +222,6 @@ def _spark_batches(root: str) -> int:
         return sum(1 for n in os.listdir(os.path.join(root, "spark", "offsets")) if n.isdigit())
     except OSError:
         return 0
-
-
-def resume_overrides(pipeline: Any, checkpoint: str) -> Any:
-    """The pipeline as a repaired checkpoint runs it (the runner calls this before starting).
-
-    ``batch_offset`` wraps the sinks in :class:`~inorder.sinks.offset_ids.BatchIdOffset`;
-    ``startingOffsets`` starts the source there (Spark applies starting offsets only while
-    its own checkpoint is new). A checkpoint whose repair did not finish is refused.
-    """
-    import dataclasses
-
-    from inorder.sinks.offset_ids import BatchIdOffset
-
-    info = CheckpointLayout.of(checkpoint).read_info()
-    if info is None:
-        return pipeline
-    if "repair_pending" in info:
-        raise InorderError(
-            f"checkpoint {checkpoint}: a repair was started and did not finish; run "
-            "`inorder repair PIPELINE --apply` again before running the pipeline"
-        )
-    changes: dict[str, Any] = {}
-    offset = int(info.get("batch_offset", 0))
-    if offset > 0 and not isinstance(pipeline.sink, BatchIdOffset):
-        changes["sink"] = BatchIdOffset(pipeline.sink, offset)
-        if pipeline.dead_letter is not None:
-            changes["dead_letter"] = BatchIdOffset(pipeline.dead_letter, offset)
-    starting = info.get("startingOffsets")
-    if starting and hasattr(pipeline.source, "starting_offsets"):
-        text = json.dumps(starting, sort_keys=True)
-        changes["source"] = dataclasses.replace(pipeline.source, starting_offsets=text)
-    return dataclasses.replace(pipeline, **changes) if changes else pipeline
 
 
 # -- scanning a partition ------------------------------------------------------------------

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from inorder.archive.initial_state import InitialState
     from inorder.codecs.base import Codec
     from inorder.kafka.api import KafkaSource
-    from inorder.ops.observer import RunObserver
+    from inorder.pipeline.observer import RunObserver
     from inorder.pipeline.progress import RunSummary
 
 Backend = Literal["partition", "spark"]

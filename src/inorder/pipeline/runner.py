@@ -32,6 +32,7 @@ from inorder.pipeline.identity import (
     RecordedSettings,
     check_identity,
 )
+from inorder.pipeline.observer import SafeObservers
 from inorder.pipeline.progress import (
     BatchProgress,
     ProgressReporter,
@@ -40,6 +41,7 @@ from inorder.pipeline.progress import (
     make_reporter,
 )
 from inorder.pipeline.query import trigger_kwargs
+from inorder.pipeline.resume import resume_overrides
 
 if TYPE_CHECKING:
     from inorder.pipeline.pipeline import Pipeline
@@ -73,8 +75,6 @@ class PipelineRunner:
         self._reports: dict[int, Any] = {}
         self._batches_done = 0
         self._spark: Any = None
-        from inorder.ops.observer import SafeObservers
-
         self._observers = SafeObservers(pipeline.observers)
         self._backend: Any = None
         self._materializer: Any = None
@@ -182,8 +182,6 @@ class PipelineRunner:
         # Job version (sink wrapper) and initial state (starting offsets) when configured.
         self.pipeline, seeding = prepare_pipeline(self.pipeline, self.checkpoint)
         # What `inorder repair` left in the checkpoint: batch id offset, starting offsets.
-        from inorder.ops.repair import resume_overrides
-
         self.pipeline = resume_overrides(self.pipeline, self.checkpoint)
         p = self.pipeline
         summary = RunSummary(output=p.sink.describe())
