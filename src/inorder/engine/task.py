@@ -99,7 +99,7 @@ class TaskSpec:
 
 
 def files_json(files: list[WrittenFile]) -> str:
-    """Staged file descriptors as JSON (for the result row)."""
+    """Staged file descriptors as JSON (for the result row), statistics included."""
     return json.dumps(
         [
             {
@@ -107,6 +107,7 @@ def files_json(files: list[WrittenFile]) -> str:
                 "rows": f.rows,
                 "size_bytes": f.size_bytes,
                 "partition_values": f.partition_values,
+                "stats": f.stats,
             }
             for f in files
         ]
@@ -114,9 +115,15 @@ def files_json(files: list[WrittenFile]) -> str:
 
 
 def files_from_json(text: str | None) -> list[WrittenFile]:
-    """Inverse of :func:`files_json`."""
+    """Inverse of :func:`files_json` (results of older tasks carry no ``stats``)."""
     return [
-        WrittenFile(d["path"], int(d["rows"]), int(d["size_bytes"]), dict(d["partition_values"]))
+        WrittenFile(
+            d["path"],
+            int(d["rows"]),
+            int(d["size_bytes"]),
+            dict(d["partition_values"]),
+            d.get("stats"),
+        )
         for d in json.loads(text or "[]")
     ]
 
