@@ -29,165 +29,24 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from inorder.codecs.base import DecodeError
-from inorder.engine.apply import OrderedApplier, RecordTuple, ViolationEvent
-from inorder.engine.reference import DictStateView
 from inorder.errors import ConfigError, InorderError
 from inorder.kafka.offsets import EARLIEST, LATEST
-from inorder.ops.batchlog import BatchLog, Segment, load_batch_log
-from inorder.ops.recompute import plan_segments
-from inorder.ops.records import offsets_for_time, partitions, read_chunks, watermarks
-from inorder.ops.repair_output import OutputDeletion, count_rows, delete_rows
-from inorder.ops.sessionspans import SpanTracker
+from inorder.ops.batchlog import load_batch_log
+from inorder.ops.records import offsets_for_time, partitions, watermarks
+from inorder.ops.repair_output import count_rows, delete_rows
+from inorder.ops.repair_plan import PartitionRepair, RepairPlan
+from inorder.ops.repair_scan import scan_partition
 from inorder.ops.target import OpsTarget
 from inorder.pipeline.checkpoint_layout import CHECKPOINT_FILE, CheckpointLayout
 from inorder.pipeline.identity import IDENTITY_FIELD, SETTINGS_FIELD
+from inorder.pipeline.resume import resume_overrides  # noqa: F401 (its earlier home)
 from inorder.records import TopicPartition
-from inorder.state.entry import KeyEntry, PartitionMeta
 
 CHECKPOINT_INFO = CHECKPOINT_FILE
 NEW_SUFFIX = ".repair-new"
-
-
-# -- the plan -----------------------------------------------------------------------------------
-
-
-@dataclass
-class PartitionRepair:
-    """The repair of one topic-partition."""
-
-    topic: str
-    partition: int
-    failure_point: int | None
-    """First offset not trusted (``None``: the partition was never consumed)."""
-    reason: str
-    start: int
-    """Where the next run starts (``-2`` earliest, ``-1`` latest for unconsumed partitions)."""
-    cut_by: str | None = None
-    """The session whose start set ``start``."""
-    live_sessions: int = 0
-    records_scanned: int = 0
-    rows_to_delete: int = 0
-
-    @property
-    def tp(self) -> TopicPartition:
-        """The topic-partition."""
-        return TopicPartition(self.topic, self.partition)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable form."""
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "failure_point": self.failure_point,
-            "reason": self.reason,
-            "start": self.start,
-            "cut_by_session": self.cut_by,
-            "live_sessions": self.live_sessions,
-            "records_scanned": self.records_scanned,
-            "rows_to_delete": self.rows_to_delete,
-        }
-
-
-@dataclass
-class RepairPlan:
-    """Everything a repair changes; printed by default, performed by :func:`apply_repair`."""
-
-    pipeline: str
-    checkpoint: str
-    owner: str
-    batch_offset: int
-    partitions: list[PartitionRepair] = field(default_factory=list)
-    outputs: list[OutputDeletion] = field(default_factory=list)
-    backup: str | None = None
-    nothing_to_do: bool = False
-    applied: bool = False
-    notes: list[str] = field(default_factory=list)
-
-    def starting_offsets(self) -> dict[str, dict[str, int]]:
-        """The new checkpoint's ``startingOffsets`` (Spark's per-partition JSON shape)."""
-        out: dict[str, dict[str, int]] = {}
-        for p in sorted(self.partitions, key=lambda p: (p.topic, p.partition)):
-            out.setdefault(p.topic, {})[str(p.partition)] = p.start
-        return out
-
-    def failure_points(self) -> dict[str, dict[str, int]]:
-        """Per consumed partition, the failure point the plan used."""
-        out: dict[str, dict[str, int]] = {}
-        for p in sorted(self.partitions, key=lambda p: (p.topic, p.partition)):
-            if p.failure_point is not None:
-                out.setdefault(p.topic, {})[str(p.partition)] = p.failure_point
-        return out
-
-    def delete_from(self) -> dict[TopicPartition, int]:
-        """Per consumed partition, the offset from which output rows go."""
-        return {p.tp: p.start for p in self.partitions if p.start >= 0}
-
-    def checkpoint_info(self) -> dict[str, Any]:
-        """The content of the fresh ``inorder-checkpoint.json``."""
-        return {
-            "id": self.owner,
-            "batch_offset": self.batch_offset,
-            "startingOffsets": self.starting_offsets(),
-            "repaired": {
-                "at": datetime.now(UTC).isoformat(timespec="seconds"),
-                "backup": self.backup,
-                "failure_points": self.failure_points(),
-            },
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable form."""
-        return {
-            "pipeline": self.pipeline,
-            "checkpoint": self.checkpoint,
-            "owner": self.owner,
-            "batch_offset": self.batch_offset,
-            "starting_offsets": self.starting_offsets(),
-            "partitions": [p.to_json() for p in self.partitions],
-            "outputs": [o.to_json() for o in self.outputs],
-            "rows_to_delete": sum(o.rows for o in self.outputs),
-            "backup": self.backup,
-            "nothing_to_do": self.nothing_to_do,
-            "applied": self.applied,
-            "notes": list(self.notes),
-        }
-
-    def lines(self) -> list[str]:
-        """The plan for humans."""
-        verb = "repaired" if self.applied else "repair plan"
-        out = [f"{verb} for {self.pipeline!r} (checkpoint {self.checkpoint})"]
-        for p in self.partitions:
-            name = f"{p.topic}[{p.partition}]"
-            if p.failure_point is None:
-                where = "earliest" if p.start == EARLIEST else "latest"
-                out.append(f"  {name}: never consumed; starts at {where}")
-                continue
-            why = f", back to the start of session {p.cut_by!r}" if p.cut_by is not None else ""
-            out.append(
-                f"  {name}: failure point {p.failure_point} ({p.reason}); restart at "
-                f"{p.start}{why}; {p.live_sessions} live session(s); delete {p.rows_to_delete:,} "
-                "row(s)"
-            )
-        for o in self.outputs:
-            extra = ""
-            if o.files_rewritten or o.files_removed:
-                extra = f" ({o.files_rewritten} file(s) rewritten, {o.files_removed} removed)"
-            out.append(f"  {o.name} {o.describe}: {o.rows:,} row(s) to delete{extra}")
-        out.append(
-            f"  checkpoint: owner {self.owner}, batch ids continue at {self.batch_offset}"
-            + (f"; backup at {self.backup}" if self.backup else "")
-        )
-        out.extend(f"  note: {n}" for n in self.notes)
-        if self.nothing_to_do:
-            out.append("nothing to do: output and checkpoint already start at these offsets")
-        elif not self.applied:
-            out.append("nothing changed; run again with --apply to perform it")
-        return out
 
 
 # -- the checkpoint -------------------------------------------------------------------------------
@@ -222,100 +81,6 @@ def _spark_batches(root: str) -> int:
         return sum(1 for n in os.listdir(os.path.join(root, "spark", "offsets")) if n.isdigit())
     except OSError:
         return 0
-
-
-# -- scanning a partition ------------------------------------------------------------------
-
-
-@dataclass
-class _Scan:
-    tracker: SpanTracker
-    records: int
-    failed: ViolationEvent | None
-
-
-def _identify(target: OpsTarget, record: RecordTuple) -> tuple[str | None, bool]:
-    """The state key of a record and whether it starts a session (as the engine sees it)."""
-    processor = target.processor
-    try:
-        msg = target.codec.decode(record[2], record[1])
-    except DecodeError:
-        try:
-            return processor.record_key(record[1]), False
-        except Exception:
-            return None, False
-    try:
-        return processor.key(msg), bool(processor.starts_session(msg))
-    except Exception:
-        return None, False  # the applier reports the processor's bug and stops
-
-
-def scan_partition(
-    target: OpsTarget,
-    tp: TopicPartition,
-    start: int,
-    bound: int,
-    log: BatchLog | None,
-    watch: str | None = None,
-) -> _Scan:
-    """Apply ``tp`` from ``start`` up to ``bound`` (exclusive), tracking key lifetimes.
-
-    The partition is read in one pass, chunk by chunk; the logged micro-batch boundaries and
-    processing times are reproduced (so processing-time timeouts end sessions where they did).
-    """
-    tracker = SpanTracker()
-    tracker.watch = watch
-    entries: dict[str, KeyEntry] = {}
-    meta = PartitionMeta()
-    segments, _ = plan_segments(log, tp, start, bound, None)
-    segments = [s for s in segments if s.end > start] or [Segment(0, start, bound, None)]
-    records = 0
-    index = 0
-
-    def open_applier() -> OrderedApplier:
-        seg = segments[index]
-        return OrderedApplier(
-            target.processor,
-            target.codec,
-            target.integrity,
-            DictStateView(entries),
-            tp.topic,
-            tp.partition,
-            max(seg.batch_id, 0),
-            seg.processing_time_us or 0,
-            PartitionMeta(meta.last_offset, meta.max_event_us),
-            max_events=10,
-        )
-
-    def close_applier(applier: OrderedApplier) -> None:
-        nonlocal meta
-        for key, changed in applier.changes().items():
-            if changed is None:
-                entries.pop(key, None)
-                tracker.dropped(key)  # e.g. an inactivity timeout ended the session
-            else:
-                entries[key] = changed
-        meta = applier.meta
-
-    applier = open_applier()
-    for chunk in read_chunks(target.source_options, tp, start, bound):
-        for record in chunk:
-            while index < len(segments) - 1 and record[0] >= segments[index].end:
-                applier.finish()  # the batch ended before this record: its timers fired
-                if applier.failed is not None:
-                    return _Scan(tracker, records, applier.failed)
-                close_applier(applier)
-                index += 1
-                applier = open_applier()
-            key, starts = _identify(target, record)
-            applier.apply((record,))
-            if applier.failed is not None:
-                return _Scan(tracker, records, applier.failed)
-            records += 1
-            if key is not None:
-                entry = applier.entries.get(key)
-                tracker.record(key, record[0], starts, isinstance(entry, KeyEntry))
-    return _Scan(tracker, records, None)
 
 
 # -- planning -------------------------------------------------------------------------------

@@ -1,0 +1,145 @@
+"""What ``inorder repair`` changes: a plan per topic-partition, printed before it is applied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from inorder.kafka.offsets import EARLIEST
+from inorder.ops.repair_output import OutputDeletion
+from inorder.records import TopicPartition
+
+
+@dataclass
+class PartitionRepair:
+    """The repair of one topic-partition."""
+
+    topic: str
+    partition: int
+    failure_point: int | None
+    """First offset not trusted (``None``: the partition was never consumed)."""
+    reason: str
+    start: int
+    """Where the next run starts (``-2`` earliest, ``-1`` latest for unconsumed partitions)."""
+    cut_by: str | None = None
+    """The session whose start set ``start``."""
+    live_sessions: int = 0
+    records_scanned: int = 0
+    rows_to_delete: int = 0
+
+    @property
+    def tp(self) -> TopicPartition:
+        """The topic-partition."""
+        return TopicPartition(self.topic, self.partition)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable form."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "failure_point": self.failure_point,
+            "reason": self.reason,
+            "start": self.start,
+            "cut_by_session": self.cut_by,
+            "live_sessions": self.live_sessions,
+            "records_scanned": self.records_scanned,
+            "rows_to_delete": self.rows_to_delete,
+        }
+
+
+@dataclass
+class RepairPlan:
+    """Everything a repair changes; printed by default, performed by :func:`apply_repair`."""
+
+    pipeline: str
+    checkpoint: str
+    owner: str
+    batch_offset: int
+    partitions: list[PartitionRepair] = field(default_factory=list)
+    outputs: list[OutputDeletion] = field(default_factory=list)
+    backup: str | None = None
+    nothing_to_do: bool = False
+    applied: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def starting_offsets(self) -> dict[str, dict[str, int]]:
+        """The new checkpoint's ``startingOffsets`` (Spark's per-partition JSON shape)."""
+        out: dict[str, dict[str, int]] = {}
+        for p in sorted(self.partitions, key=lambda p: (p.topic, p.partition)):
+            out.setdefault(p.topic, {})[str(p.partition)] = p.start
+        return out
+
+    def failure_points(self) -> dict[str, dict[str, int]]:
+        """Per consumed partition, the failure point the plan used."""
+        out: dict[str, dict[str, int]] = {}
+        for p in sorted(self.partitions, key=lambda p: (p.topic, p.partition)):
+            if p.failure_point is not None:
+                out.setdefault(p.topic, {})[str(p.partition)] = p.failure_point
+        return out
+
+    def delete_from(self) -> dict[TopicPartition, int]:
+        """Per consumed partition, the offset from which output rows go."""
+        return {p.tp: p.start for p in self.partitions if p.start >= 0}
+
+    def checkpoint_info(self) -> dict[str, Any]:
+        """The content of the fresh ``inorder-checkpoint.json``."""
+        return {
+            "id": self.owner,
+            "batch_offset": self.batch_offset,
+            "startingOffsets": self.starting_offsets(),
+            "repaired": {
+                "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "backup": self.backup,
+                "failure_points": self.failure_points(),
+            },
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable form."""
+        return {
+            "pipeline": self.pipeline,
+            "checkpoint": self.checkpoint,
+            "owner": self.owner,
+            "batch_offset": self.batch_offset,
+            "starting_offsets": self.starting_offsets(),
+            "partitions": [p.to_json() for p in self.partitions],
+            "outputs": [o.to_json() for o in self.outputs],
+            "rows_to_delete": sum(o.rows for o in self.outputs),
+            "backup": self.backup,
+            "nothing_to_do": self.nothing_to_do,
+            "applied": self.applied,
+            "notes": list(self.notes),
+        }
+
+    def lines(self) -> list[str]:
+        """The plan for humans."""
+        verb = "repaired" if self.applied else "repair plan"
+        out = [f"{verb} for {self.pipeline!r} (checkpoint {self.checkpoint})"]
+        for p in self.partitions:
+            name = f"{p.topic}[{p.partition}]"
+            if p.failure_point is None:
+                where = "earliest" if p.start == EARLIEST else "latest"
+                out.append(f"  {name}: never consumed; starts at {where}")
+                continue
+            why = f", back to the start of session {p.cut_by!r}" if p.cut_by is not None else ""
+            out.append(
+                f"  {name}: failure point {p.failure_point} ({p.reason}); restart at "
+                f"{p.start}{why}; {p.live_sessions} live session(s); delete {p.rows_to_delete:,} "
+                "row(s)"
+            )
+        for o in self.outputs:
+            extra = ""
+            if o.files_rewritten or o.files_removed:
+                extra = f" ({o.files_rewritten} file(s) rewritten, {o.files_removed} removed)"
+            out.append(f"  {o.name} {o.describe}: {o.rows:,} row(s) to delete{extra}")
+        out.append(
+            f"  checkpoint: owner {self.owner}, batch ids continue at {self.batch_offset}"
+            + (f"; backup at {self.backup}" if self.backup else "")
+        )
+        out.extend(f"  note: {n}" for n in self.notes)
+        if self.nothing_to_do:
+            out.append("nothing to do: output and checkpoint already start at these offsets")
+        elif not self.applied:
+            out.append("nothing changed; run again with --apply to perform it")
+        return out
