@@ -28,9 +28,11 @@ nested record type                         ``struct``
 Every output row also carries ``topic``, ``partition``, ``offset`` (first) and ``batch_id``
 (last), added by the engine; an output type that defines one of those names is rejected.
 
-Pitfalls: values are converted by pyarrow, which accepts ``True`` for an ``int`` field and an
-integral ``1.0`` for one too, but rejects a fractional float or a string. A ``Decimal`` with
-more fractional digits than the column's scale is an error, never silently rounded.
+Values are never coerced (:mod:`inorder.value_fit`): a ``float`` (even ``1.0``) or ``True``
+in an ``int`` field, an ``int`` beyond the column's width, ``bytes`` in a ``str`` field or a
+``datetime`` in a ``date`` field is an error naming the field, not a truncated value. An
+``int`` in a ``float`` field is taken (Python's own promotion). A ``Decimal`` with more
+fractional digits than the column's scale is an error, never silently rounded.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import enum
+import functools
 import operator
 import types
 import typing
@@ -52,6 +55,7 @@ import pyarrow as pa
 
 from inorder.errors import ConfigError
 from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS
+from inorder.value_fit import Fit, fit_for
 
 T = TypeVar("T")
 
@@ -62,6 +66,7 @@ DEFAULT_DECIMAL = pa.decimal128(38, 9)
 RESERVED_COLUMNS = ("topic", "partition", "offset", "batch_id")
 
 _Conv = Callable[[Any], Any]
+_NONE = frozenset({type(None)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +341,8 @@ class _Node:
     nullable: bool
     enc: _Conv | None
     dec: _Conv | None
+    fit: Fit | None = None
+    """For primitive fields: which Python values fit the column exactly (none are coerced)."""
 
 
 _PRIMITIVES: dict[Any, pa.DataType] = {
@@ -392,6 +399,8 @@ class _Mapper:
                 raise self.fail(path, tp, "a field may hold one type (optionally | None)")
             inner = self.node(args[0], path)
             enc, dec = inner.enc, inner.dec
+            if enc is None and inner.fit is not None:
+                return _Node(inner.type, True, None, _none_passing(dec), inner.fit)
             return _Node(inner.type, True, _none_passing(enc), _none_passing(dec))
         if origin is Annotated:
             return self.annotated(tp, path)
@@ -402,7 +411,7 @@ class _Mapper:
         if origin is dict:
             return self.mapping(tp, path)
         if tp in _PRIMITIVES:
-            return _Node(_PRIMITIVES[tp], False, None, None)
+            return _Node(_PRIMITIVES[tp], False, None, None, fit_for(tp, _PRIMITIVES[tp]))
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
             return self.enum(tp, path)
         if is_record_type(tp):
@@ -417,11 +426,12 @@ class _Mapper:
                     raise self.fail(path, tp, "Precision applies to Decimal fields only")
                 if not 1 <= m.precision <= 38 or not 0 <= m.scale <= m.precision:
                     raise self.fail(path, tp, "need 1 <= precision <= 38, 0 <= scale <= precision")
-                return _Node(pa.decimal128(m.precision, m.scale), False, None, None)
+                arrow = pa.decimal128(m.precision, m.scale)
+                return _Node(arrow, False, None, None, fit_for(Decimal, arrow))
             if isinstance(m, pa.DataType):
                 if base not in _PRIMITIVES:
                     raise self.fail(path, tp, "an Arrow type override needs a primitive field")
-                return _Node(m, False, None, None)
+                return _Node(m, False, None, None, fit_for(base, m))
         return self.node(base, path)
 
     def literal(self, tp: Any, path: str) -> _Node:
@@ -474,7 +484,9 @@ class _Mapper:
         item_dec = item.dec
         arrow = pa.list_(pa.field("item", item.type, nullable=item.nullable))
         enc: _Conv
-        if item.enc is None and item.nullable:
+        if item.enc is None and item.fit is not None:
+            enc = _list_fitting(item.fit, item.nullable, f"{self.root.__qualname__}.{path}[]")
+        elif item.enc is None and item.nullable:
             enc = _list_of(_identity)
         elif item.enc is None:
             enc = _list_without_none(f"{self.root.__qualname__}.{path}[]")
@@ -550,9 +562,47 @@ def _identity(v: Any) -> Any:
     return v
 
 
+def _fitting(fit: Fit, path: str) -> _Conv:
+    """A converter that passes values of the column's kind and rejects the others."""
+    kinds = fit.kinds
+
+    def f(v: Any) -> Any:
+        if type(v) in kinds and fit.bounds is None:
+            return v
+        problem = fit.problem(v)
+        if problem is not None:
+            raise TypeError(f"{path}: {problem}")
+        return v
+
+    return f
+
+
+def _list_fitting(fit: Fit, nullable: bool, path: str) -> _Conv:
+    """A list of primitives: every item of the column's kind (checked at C speed first)."""
+    allowed = fit.kinds | {type(None)} if nullable else fit.kinds
+    item = _fitting(fit, path)
+
+    def f(v: Any) -> Any:
+        if isinstance(v, str | bytes):
+            raise TypeError(f"expected a list, got {type(v).__name__}")
+        if fit.bounds is None and set(map(type, v)) <= allowed:
+            return v
+        for x in v:
+            if x is None:
+                if not nullable:
+                    raise _NullValue(path)
+                continue
+            item(x)
+        return v
+
+    return f
+
+
 def _checked(node: _Node, path: str) -> _Conv:
     """Converter for a nested value: applies ``enc`` and rejects None where not nullable."""
     conv = node.enc
+    if conv is None and node.fit is not None:
+        conv = _fitting(node.fit, path)
     if node.nullable:
         return _none_passing(conv)
 
@@ -699,6 +749,22 @@ class RowEncoder(Generic[T]):
         self._columns = [
             (f.name, operator.attrgetter(f.name), n.enc, n.type, n.nullable) for f, n in nodes
         ]
+        self._fits = {f.name: n.fit for f, n in nodes}
+        owner = tp.__qualname__
+        # Per row: primitive columns by kind (and range), the others through their converter.
+        self._checks = [
+            (
+                f"{owner}.{f.name}",
+                operator.attrgetter(f.name),
+                n.fit.kinds if n.fit is not None else frozenset(),
+                n.fit.bounds if n.fit is not None else None,
+                n.fit,
+                None if n.fit is not None else _checked(n, f"{owner}.{f.name}"),
+                n.nullable,
+            )
+            for f, n in nodes
+        ]
+        self._all_fit = _compile_fit_check(tp, nodes)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Ship only the type; the converters are rebuilt where the encoder is unpickled.
@@ -720,6 +786,44 @@ class RowEncoder(Generic[T]):
         """``ORIGIN_FIELDS`` + :attr:`schema` + ``BATCH_ID_FIELD``."""
         return self._output_schema
 
+    def row_problem(self, rows: Sequence[Any]) -> str | None:
+        """Why a row does not fit the output schema exactly, or ``None`` when all do.
+
+        The engine calls it on the rows of every ``process`` call, so a bad value is a
+        ``row_schema`` violation of that record (handled by the integrity policy) rather than a
+        value pyarrow would coerce or a failure of the whole batch later.
+        """
+        if self._all_fit(rows):
+            return None
+        return self._explain(rows)
+
+    def _explain(self, rows: Sequence[Any]) -> str | None:
+        for i, row in enumerate(rows):
+            if type(row) is not self._tp and not isinstance(row, self._tp):
+                return f"row {i} is a {type(row).__name__}, not a {self._tp.__qualname__}"
+            for path, get, kinds, bounds, fit, conv, nullable in self._checks:
+                value = get(row)
+                if type(value) in kinds and (bounds is None or bounds[0] <= value <= bounds[1]):
+                    continue
+                if value is None:
+                    if nullable:
+                        continue
+                    return f"{path}: None in a non-nullable field (declare it 'X | None')"
+                if fit is not None:
+                    problem = fit.problem(value)
+                    if problem is not None:
+                        return f"{path}: {problem}"
+                    continue
+                try:
+                    if conv is not None:
+                        conv(value)
+                except _NullValue as exc:
+                    return f"{exc.path}: None in a non-nullable field (declare it 'X | None')"
+                except (TypeError, ValueError, AttributeError) as exc:
+                    text = str(exc)
+                    return text if text.startswith(path) else f"{path}: {text}"
+        return None
+
     def encode_columns(self, rows: Sequence[T]) -> dict[str, pa.Array]:
         """One validated Arrow array per field of the row type, in schema order.
 
@@ -730,6 +834,12 @@ class RowEncoder(Generic[T]):
         out: dict[str, pa.Array] = {}
         for name, get, enc, arrow, nullable in self._columns:
             values = list(map(get, rows))
+            fit = self._fits[name]
+            if fit is not None and not set(map(type, values)) <= fit.kinds | _NONE:
+                for index, v in enumerate(values):
+                    problem = None if v is None else fit.problem(v)
+                    if problem is not None:
+                        raise RowError(f"{owner}.{name}: {problem} (row {index})", name, index)
             if enc is not None:
                 try:
                     values = [None if v is None else enc(v) for v in values]
@@ -747,6 +857,12 @@ class RowEncoder(Generic[T]):
             try:
                 array = pa.array(values, type=arrow)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
+                for index, v in enumerate(values if fit is not None else ()):
+                    problem = None if v is None or fit is None else fit.problem(v)
+                    if problem is not None:  # e.g. an int beyond the column's width
+                        raise RowError(
+                            f"{owner}.{name}: {problem} (row {index})", name, index
+                        ) from None
                 row = _first_unfit(values, arrow)
                 raise RowError(
                     f"{owner}.{name}: value does not fit {arrow} (row {row}): {exc}", name, row
@@ -815,6 +931,45 @@ def _first_unfit(values: list[Any], arrow: pa.DataType) -> int | None:
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
             return i
     return None
+
+
+def _compile_fit_check(
+    tp: type[Any], nodes: list[tuple[FieldSpec, _Node]]
+) -> Callable[[Sequence[Any]], bool]:
+    """A function telling, fast, whether every row fits exactly (details: ``_explain``).
+
+    Generated code, because this runs for every row the engine emits: straight-line exact
+    type tests per field cost a fraction of a generic loop over field descriptors.
+    """
+    env: dict[str, Any] = {"T": tp}
+    lines = ["def all_fit(rows):", "    for row in rows:", "        if type(row) is not T:"]
+    lines.append("            return False")
+    for i, (f, n) in enumerate(nodes):
+        lines.append(f"        v = row.{f.name}")
+        none_ok = "v is not None and " if n.nullable else ""
+        if n.fit is not None:
+            kinds = sorted(n.fit.kinds, key=lambda k: k.__name__)
+            test = " and ".join(f"type(v) is not K{i}_{j}" for j in range(len(kinds)))
+            for j, kind in enumerate(kinds):
+                env[f"K{i}_{j}"] = kind
+            if n.fit.bounds is not None:
+                low, high = n.fit.bounds
+                test = f"({test} or not ({low} <= v <= {high}))"
+            lines += [f"        if {none_ok}{test}:", "            return False"]
+        else:
+            env[f"C{i}"] = _checked(n, f.name)
+            lines += ["        try:", f"            C{i}(v)", "        except Exception:"]
+            lines.append("            return False")
+    lines.append("    return True")
+    exec("\n".join(lines), env)  # built only from the row type's own field names and types
+    check: Callable[[Sequence[Any]], bool] = env["all_fit"]
+    return check
+
+
+@functools.lru_cache(maxsize=64)
+def row_encoder(tp: type[Any]) -> RowEncoder[Any]:
+    """The (shared) encoder of a row type: its analysis is done once per process."""
+    return RowEncoder(tp)
 
 
 def decode_rows(batch: pa.RecordBatch | pa.Table, tp: type[T]) -> list[T]:

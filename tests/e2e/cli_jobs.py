@@ -40,3 +40,29 @@ class SlowCountRaw(CountRaw):
     def process(self, state: Seen, msg: bytes, ctx: Context) -> Iterable[SeenRow]:
         time.sleep(0.1)
         yield from super().process(state, msg, ctx)
+
+
+@dataclass
+class Reading:
+    site: str
+    value: int
+
+
+@dataclass
+class Half:
+    site: str
+    half: int
+
+
+class Halver(Processor[Reading, Seen, Half]):
+    """Halves each value into an int field: odd values yield a float (a row that does not fit)."""
+
+    def key(self, msg: Reading) -> str:
+        return msg.site
+
+    def initial_state(self, key: str) -> Seen:
+        return Seen()
+
+    def process(self, state: Seen, msg: Reading, ctx: Context) -> Iterable[Half]:
+        state.n += 1
+        yield Half(msg.site, msg.value / 2 if msg.value % 2 else msg.value // 2)  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -201,3 +202,36 @@ class Buggy(Processor[Msg, Tally, Row]):
 def test_processor_exception_stops_whatever_the_policy() -> None:
     with pytest.raises(InorderError, match=r"processor failed at t\[0\] offset 0 \(key 'a'\)"):
         run([[record(0, "a")]], Integrity.strict(on_violation="dead_letter"), processor=Buggy())
+
+
+class HalfTallier(Tallier):
+    """Yields a float into the int field ``total`` for op ``half`` (a bug users make)."""
+
+    def process(self, state: Tally, msg: Msg, ctx: Context) -> Iterable[Row]:
+        if msg.op != "half":
+            yield from super().process(state, msg, ctx)
+            return
+        state.n += 1
+        yield Row(msg.k, "half", state.n, msg.v / 2)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("policy", ["fail", "restart_session", "dead_letter"])
+def test_a_row_that_does_not_fit_is_a_row_schema_violation(policy: str) -> None:
+    """Before: 32.37 was written as 32 into the int column, silently."""
+    batches = [[record(0, "a", v=2), record(1, "a", v=5, op="half"), record(2, "a", v=1)]]
+    integrity = Integrity.strict(on_violation=policy)  # type: ignore[arg-type]
+    if policy == "fail":
+        with pytest.raises(IntegrityError, match=r"row_schema.*Row\.total: float value 2\.5"):
+            run(batches, integrity, processor=HalfTallier())
+        return
+    r = run(batches, integrity, processor=HalfTallier())
+    [event] = r.result.violations
+    assert (event.rule, event.offset, event.key) == ("row_schema", 1, "a")
+    assert "Row.total: float value 2.5 does not fit int" in event.detail
+    assert all(isinstance(x["total"], int) for x in r.result.rows)
+    assert 1 not in [x["offset"] for x in r.result.rows if x["kind"] != "reset"]
+    if policy == "dead_letter":
+        [(_, letter)] = r.result.dead_letters
+        assert (letter.offset, letter.rule) == (1, "row_schema")
+        # The key's state is as before the bad call: the third record counts 2, not 3.
+        assert r.final_state()[("t", 0, "a")].n == 2

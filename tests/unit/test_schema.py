@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import re
 import sys
 import time
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Annotated, Literal, NamedTuple, Optional
+from typing import Annotated, Any, Literal, NamedTuple, Optional
 
 import msgspec
 import pyarrow as pa
@@ -329,8 +331,61 @@ def test_none_in_nested_non_nullable_field_names_path() -> None:
 
 
 def test_wrong_value_type_names_field_and_row() -> None:
-    with pytest.raises(RowError, match=r"Flat\.count: value does not fit int64 \(row 1\)"):
+    with pytest.raises(RowError, match=r"Flat\.count: str value '2' does not fit int.*\(row 1\)"):
         RowEncoder(Flat).encode([Flat("a", 1, 1.0, True), Flat("b", "2", 1.0, True)])  # type: ignore[arg-type]
+
+
+@dataclass
+class Exact:
+    n: int
+    x: float
+    s: str
+    b: bytes
+    d: dt.date
+    small: Annotated[int, pa.int32()]
+    ns: list[int]
+    opt: int | None = None
+
+
+def _exact(**changes: Any) -> Exact:
+    base = Exact(1, 1.5, "s", b"b", dt.date(2024, 1, 2), 7, [1, 2])
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"n": 32.37}, r"Exact\.n: float value 32\.37 does not fit int"),
+        ({"n": -2.7}, r"Exact\.n: float value -2\.7 does not fit int"),
+        ({"n": 3.0}, r"Exact\.n: float value 3\.0 does not fit int"),
+        ({"n": True}, r"Exact\.n: bool value True does not fit int"),
+        ({"n": 2**63}, r"Exact\.n: int value 9223372036854775808 does not fit int \(int64\)"),
+        ({"small": 2**31}, r"Exact\.small: int value 2147483648 does not fit int \(int32\)"),
+        ({"x": True}, r"Exact\.x: bool value True does not fit float"),
+        ({"x": "1.5"}, r"Exact\.x: str value '1\.5' does not fit float"),
+        ({"s": b"s"}, r"Exact\.s: bytes value b's' does not fit str"),
+        ({"b": "b"}, r"Exact\.b: str value 'b' does not fit bytes"),
+        ({"d": dt.datetime(2024, 1, 2, 3)}, r"Exact\.d: datetime value .* does not fit date"),
+        ({"ns": [1, 2.5]}, r"Exact\.ns\[\]: float value 2\.5 does not fit int"),
+        ({"opt": 1.25}, r"Exact\.opt: float value 1\.25 does not fit int"),
+        ({"n": None}, r"Exact\.n: None in a non-nullable field"),
+    ],
+)
+def test_values_that_do_not_fit_are_never_coerced(changes: dict[str, Any], message: str) -> None:
+    """Before: 32.37 became 32 and -2.7 became -2, silently (pyarrow truncates)."""
+    encoder = RowEncoder(Exact)
+    row = _exact(**changes)
+    problem = encoder.row_problem([row])
+    assert problem is not None and re.search(message, problem), problem
+    with pytest.raises(RowError, match=message):
+        encoder.encode([_exact(), row])
+
+
+def test_values_that_fit_pass() -> None:
+    encoder = RowEncoder(Exact)
+    rows = [_exact(), _exact(x=2, opt=None), _exact(small=-(2**31), n=2**63 - 1, opt=5)]
+    assert encoder.row_problem(rows) is None
+    assert encoder.encode(rows).column("x").to_pylist() == [1.5, 2.0, 1.5]
 
 
 def test_decimal_that_would_lose_digits_is_an_error() -> None:

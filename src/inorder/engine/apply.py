@@ -58,6 +58,24 @@ RecordTuple = tuple[int, bytes | None, bytes | None, int | None, Any]
 
 #: Rule name for exceptions (other than Violation) raised by user code.
 PROCESSOR_ERROR = "processor_error"
+#: Rule name for a row that does not fit the output schema exactly (never coerced).
+ROW_SCHEMA = "row_schema"
+
+
+def _no_problem(rows: list[Any]) -> str | None:
+    return None
+
+
+def _row_checker(processor: Processor[Any, Any, Any]) -> Callable[[list[Any]], str | None]:
+    """The output schema's exact-fit check for the rows ``processor`` yields."""
+    from inorder.processor import processor_types
+    from inorder.schema import row_encoder
+
+    try:
+        return row_encoder(processor_types(processor).out).row_problem
+    except Exception:  # no usable output type: the backend's check names the problem
+        return _no_problem
+
 
 _ABSENT: Any = object()  # loaded from the view and found missing: nothing to write back
 _MISSING: Any = object()  # not looked up yet
@@ -197,6 +215,7 @@ class OrderedApplier:
         # element (computed upstream over the whole partition, for key-group tasks).
         self._external_wm = external_watermark
         self._defer: list[tuple[int, str]] | None = None
+        self._row_problem = _row_checker(processor)
 
         self.entries: dict[str, Any] = {}
         self.rows: list[Any] = []
@@ -314,6 +333,10 @@ class OrderedApplier:
         try:
             produced = self.processor.on_timeout(entry.state, key, ctx)
             rows = list(produced) if produced is not None else []
+            if rows:
+                problem = self._row_problem(rows)
+                if problem is not None:
+                    raise Violation(ROW_SCHEMA, problem)
         except Violation as violation:
             if snapshot is not None:
                 entry.state = snapshot
@@ -390,6 +413,9 @@ class OrderedApplier:
             try:
                 produced = self.processor.on_reset(key, Violation(rule, detail), ctx)
                 rows = list(produced) if produced is not None else []
+                problem = self._row_problem(rows) if rows else None
+                if problem is not None:  # a reset's own rows: nothing to fall back on
+                    raise TypeError(f"output row does not fit the output schema: {problem}")
             except Exception as exc:
                 self._bug(exc, key, offset, "on_reset")
                 return
@@ -530,6 +556,10 @@ class OrderedApplier:
         try:
             produced = processor.process(entry.state, msg, ctx)
             rows = list(produced) if produced is not None else []
+            if rows:
+                problem = self._row_problem(rows)
+                if problem is not None:
+                    raise Violation(ROW_SCHEMA, problem)
         except Violation as violation:
             if snapshot is not None:
                 entry.state = snapshot

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 Backend = Literal["partition", "spark"]
 BACKENDS: tuple[str, ...] = ("partition", "spark")
+#: How the default dead-letter output is named beside the output.
+DEAD_LETTER_SUFFIX = "_dead_letter"
+DEAD_LETTER_PARTITION_BY = ("topic",)
 
 
 @dataclass
@@ -31,6 +34,9 @@ class Pipeline(Generic[Msg, State, Out]):
     now, in bounded batches, then return) or ``"once"``. Codec and integrity default to the
     processor's own (``default_codec()`` / ``default_integrity()``) or JSON into the
     processor's message type and ``Integrity.strict()``.
+
+    Under the ``dead_letter`` policy, records that break a rule go to ``dead_letter``; by
+    default a dataset of the output's kind at ``<output path>_dead_letter``.
 
     ``job_version`` adds a ``job_version`` column to every output row; ``initial_state``
     seeds a new checkpoint's state from a dataset and starts the source at the offsets that
@@ -60,6 +66,21 @@ class Pipeline(Generic[Msg, State, Out]):
     initial_state: InitialState | None = None
     materialized: Sink | None = None
     materialize_every: int | None = None
+
+    def __post_init__(self) -> None:
+        # Under the dead_letter policy records must land somewhere durable: by default in a
+        # dataset of the output's kind beside it (not inside it, where a reader's glob of the
+        # output would pick the dead letters up). A sink without a path gets none; the
+        # runner then refuses to start.
+        if self.dead_letter is None and self.dead_letters_possible():
+            self.dead_letter = self.sink.beside(DEAD_LETTER_SUFFIX, DEAD_LETTER_PARTITION_BY)
+
+    def dead_letters_possible(self) -> bool:
+        """Whether the integrity policy can dead-letter records."""
+        try:
+            return self.resolved_integrity().on_violation == "dead_letter"
+        except Exception:  # a broken processor default: the runner's checks report it
+            return False
 
     def resolved_codec(self) -> Codec[Msg]:
         """The codec to use: given, the processor's default, or JSON into its message type."""

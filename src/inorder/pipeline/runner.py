@@ -185,6 +185,12 @@ class PipelineRunner:
         self.pipeline = resume_overrides(self.pipeline, self.checkpoint)
         p = self.pipeline
         summary = RunSummary(output=p.sink.describe())
+        if p.dead_letter is None and p.dead_letters_possible():
+            raise ConfigError(
+                f"the dead_letter policy needs a place for dead letters, and {p.sink.describe()} "
+                "has no path to put them beside; give one with Pipeline(dead_letter=...) or "
+                "[dead_letter] path"
+            )
         trigger = self._trigger_kwargs()
         # Everything that can be wrong is checked before Spark starts: broker, options,
         # output types, state compatibility, sink.

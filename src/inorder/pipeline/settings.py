@@ -155,7 +155,7 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             str,
             "",
             "Where records that broke a rule go under the dead_letter policy "
-            "(default: <sink path>/_dead_letter).",
+            "(default: <sink path>_dead_letter, beside the output).",
         ),
     },
     "materialized": {

@@ -97,6 +97,13 @@ class Sink(abc.ABC):
     def describe(self) -> str:
         """One line for humans (no credentials)."""
 
+    def beside(self, suffix: str, partition_by: Sequence[str]) -> Sink | None:
+        """A sink of the same kind and storage at this one's path + ``suffix``.
+
+        ``None`` for sinks without a path. Used for the default dead-letter output.
+        """
+        return None
+
     def read_batches(self, first: int, last: int, columns: Sequence[str] | None = None) -> pa.Table:
         """Driver: the committed rows whose ``batch_id`` is in ``[first, last]``.
 

@@ -156,6 +156,15 @@ class DeltaSink(Sink):
         parts = f", partitioned by {', '.join(self.partition_by)}" if self.partition_by else ""
         return f"Delta table {self.path}{parts}"
 
+    def beside(self, suffix: str, partition_by: Sequence[str]) -> DeltaSink:
+        """A Delta table at ``path + suffix`` with this one's compression and storage options."""
+        return DeltaSink(
+            self.path.rstrip("/") + suffix,
+            partition_by,
+            storage_options=self.storage_options,
+            compression=self.compression,
+        )
+
     def _table(self) -> Any:
         from deltalake import DeltaTable
 

@@ -737,6 +737,15 @@ class ParquetSink(Sink):
         parts = f", partitioned by {', '.join(self.partition_by)}" if self.partition_by else ""
         return f"Parquet dataset {self.path} ({self.compression}{parts})"
 
+    def beside(self, suffix: str, partition_by: Sequence[str]) -> ParquetSink:
+        """A Parquet dataset at ``path + suffix``, compressed and stored like this one."""
+        return ParquetSink(
+            self.path.rstrip("/") + suffix,
+            partition_by,
+            compression=self.compression,
+            storage_options=self.storage_options,
+        )
+
     # -- driver ------------------------------------------------------------------------------
 
     def check(self, schema: pa.Schema) -> None:
