@@ -18,9 +18,9 @@ import pyarrow as pa
 import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import TopicPartition as KafkaTopicPartition
+from tests.e2e.cli_jobs import Halver
 from tests.integration.test_validate import cli, session_config, small_simulation
 
-from inorder import Context, Processor
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.errors import ConfigError
@@ -35,34 +35,6 @@ from inorder.pipeline.identity import (
     schema_change,
     schema_text,
 )
-
-
-@dataclass
-class Msg:
-    session_id: str
-
-
-@dataclass
-class Count:
-    n: int = 0
-
-
-@dataclass
-class Counted:
-    session_id: str
-    n: int
-
-
-class CountSessions(Processor[Msg, Count, Counted]):
-    def key(self, msg: Msg) -> str:
-        return msg.session_id
-
-    def initial_state(self, key: str) -> Count:
-        return Count()
-
-    def process(self, state: Count, msg: Msg, ctx: Context) -> list[Counted]:
-        state.n += 1
-        return [Counted(msg.session_id, state.n)]
 
 
 @dataclass
@@ -132,7 +104,7 @@ def test_a_checkpoint_of_another_pipeline_is_refused(
 def test_an_incompatible_output_type_is_refused(recorded_run: Recorded) -> None:
     config = json.loads(json.dumps(_config_of(recorded_run)))
     pipeline = build_pipeline(config)
-    other = dataclasses.replace(pipeline, processor=CountSessions())
+    other = dataclasses.replace(pipeline, processor=Halver())
     with pytest.raises(ConfigError, match="output schema changed incompatibly") as caught:
         other.run(accept_changes=True)
     assert "was removed" in str(caught.value)
