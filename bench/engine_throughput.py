@@ -170,15 +170,15 @@ def bench_spark_backend(
 ) -> list[float]:
     """records/s of the Spark backend's streaming query (route, transformWithState, commit).
 
-    The query runs over a replay source (``inorder.engine.tws_replay``); a batch is timed
+    The query runs over a replay source (``inorder.testing.replay``); a batch is timed
     from its release to the end of its ``foreachBatch`` (reading, routing, the shuffle, the
     keyed stage with Spark's RocksDB state, the commit).
     """
     from inorder.engine.spark_backend import SparkBackend
-    from inorder.engine.tws_replay import ReplayRun
     from inorder.integrity import Integrity
     from inorder.records import TopicPartition
     from inorder.sinks.parquet import ParquetSink
+    from inorder.testing.replay import ReplayRun
 
     backend = SparkBackend(
         CountSum(),

@@ -22,13 +22,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from inorder.codecs.json import JsonCodec
-from inorder.engine.memory import records_dataframe
 from inorder.engine.partition import PartitionBackend
 from inorder.engine.reference import ReferenceRunner
 from inorder.integrity import Integrity
 from inorder.records import KafkaRecord, TopicPartition
 from inorder.sinks.parquet import ParquetSink, committed_files
 from inorder.state.store import StateOptions
+from inorder.testing.memory import records_dataframe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from examples import fuzzy_windows

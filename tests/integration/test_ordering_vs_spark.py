@@ -20,10 +20,10 @@ from typing import Any
 import pyarrow.parquet as pq
 from tests.property.procs import MsgCodec, Tallier, record, register_for_spark
 
-from inorder.engine.memory import records_dataframe
 from inorder.engine.partition import PartitionBackend
 from inorder.integrity import Integrity
 from inorder.sinks.parquet import ParquetSink, committed_files
+from inorder.testing.memory import records_dataframe
 
 N_RECORDS = 8_000
 KEYS = 4
@@ -134,7 +134,7 @@ sys.path.insert(0, sys.argv[2])
 from pathlib import Path
 from inorder.pipeline.spark import build_spark_session
 from inorder.engine.spark_backend import SparkBackend
-from inorder.engine.tws_replay import ReplayRun
+from inorder.testing.replay import ReplayRun
 from inorder.integrity import Integrity
 from inorder.records import TopicPartition
 from inorder.sinks.parquet import ParquetSink

@@ -16,13 +16,13 @@ from tests.property.procs import (
     register_for_spark,
 )
 
-from inorder.engine.memory import records_dataframe
 from inorder.engine.partition import PartitionBackend
 from inorder.engine.reference import ReferenceRunner
 from inorder.errors import ConfigError, IntegrityError
 from inorder.integrity import Integrity
 from inorder.records import KafkaRecord, TopicPartition
 from inorder.sinks.parquet import ParquetSink, committed_files
+from inorder.testing.memory import records_dataframe
 
 
 def read_output(path: Path) -> list[dict[str, Any]]:
@@ -211,7 +211,7 @@ import shutil, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from inorder.engine.context import from_micros
-from inorder.engine.memory import records_dataframe
+from inorder.testing.memory import records_dataframe
 from inorder.engine.partition import PartitionBackend
 from inorder.engine.reference import ReferenceRunner
 from inorder.integrity import Integrity

@@ -25,11 +25,9 @@ from tests.property.procs import (
     register_for_spark,
 )
 
-from inorder.engine.memory import records_dataframe
 from inorder.engine.partition import PartitionBackend
 from inorder.engine.reference import ReferenceRunner
 from inorder.engine.spark_backend import SparkBackend
-from inorder.engine.tws_replay import ReplayRun
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.pipeline.config import validate
@@ -37,6 +35,8 @@ from inorder.processor import Context, Processor
 from inorder.records import KafkaRecord, TopicPartition
 from inorder.sinks.parquet import ParquetSink, committed_files
 from inorder.state.store import StateOptions
+from inorder.testing.memory import records_dataframe
+from inorder.testing.replay import ReplayRun
 
 
 class NoWatermark(Tallier):

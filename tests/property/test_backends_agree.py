@@ -30,11 +30,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inorder.engine.context import from_micros
-from inorder.engine.memory import records_dataframe
 from inorder.engine.partition import PartitionBackend
 from inorder.engine.reference import ReferenceRunner
 from inorder.engine.spark_backend import SparkBackend
-from inorder.engine.tws_replay import ReplayRun
 from inorder.errors import InorderError
 from inorder.integrity import Integrity
 from inorder.processor import Context
@@ -42,6 +40,8 @@ from inorder.records import KafkaRecord, TopicPartition
 from inorder.sinks.parquet import ParquetSink, committed_files
 from inorder.state.store import PartitionStore, StateOptions
 from inorder.statecodec import StateCodec
+from inorder.testing.memory import records_dataframe
+from inorder.testing.replay import ReplayRun
 from tests.property.procs import MsgCodec, Row, Tallier, Tally, record, register_for_spark
 
 OPS = ["add"] * 6 + ["pt", "bad", "start", "end", "clear", "undecodable"]

@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inorder.engine.context import from_micros
-from inorder.engine.memory import records_dataframe
 from inorder.engine.partition import PartitionBackend
 from inorder.engine.reference import ReferenceRunner
 from inorder.errors import InorderError
@@ -29,6 +28,7 @@ from inorder.integrity import Integrity
 from inorder.records import KafkaRecord, TopicPartition
 from inorder.sinks.parquet import ParquetSink, committed_files
 from inorder.state.store import StateOptions
+from inorder.testing.memory import records_dataframe
 from tests.property.procs import MsgCodec, Tallier, as_comparable, record, register_for_spark
 
 OPS = ["add"] * 6 + ["pt", "bad", "start", "end", "clear", "undecodable"]

@@ -25,9 +25,9 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from inorder.engine.memory import partition_table
 from inorder.kafka.consumer import SOURCE_ARROW_SCHEMA
 from inorder.records import KAFKA_ARROW_SCHEMA, KAFKA_SPARK_DDL, KafkaRecord, TopicPartition
+from inorder.testing.memory import partition_table
 
 FORMAT = "inorder-replay"
 _PARTITIONS_FILE = "partitions.json"
