@@ -12,6 +12,7 @@ from datetime import datetime
 
 import pyarrow as pa
 
+from inorder.ddl import arrow_ddl
 from inorder.processor import Header
 
 #: Schema of the records the Kafka source yields (Spark Kafka connector compatible).
@@ -32,11 +33,7 @@ KAFKA_ARROW_SCHEMA = pa.schema(
 )
 
 #: The same schema as a Spark DDL string (for ``DataSource.schema()``).
-KAFKA_SPARK_DDL = (
-    "key binary, value binary, topic string, partition int, offset bigint, "
-    "timestamp timestamp, timestampType int, "
-    "headers array<struct<key: string, value: binary>>"
-)
+KAFKA_SPARK_DDL = arrow_ddl(KAFKA_ARROW_SCHEMA)
 
 #: Columns that lead every output row: the Kafka record that produced it.
 ORIGIN_FIELDS = (

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from inorder.codecs.base import DecodeError
+from inorder.ddl import arrow_ddl
 from inorder.engine.context import EngineContext, to_micros
 from inorder.engine.task import MARKER_HEADER, TaskSpec
 from inorder.records import TopicPartition
@@ -54,10 +55,7 @@ ROUTED_SCHEMA = pa.schema(
         pa.field("now_us", pa.int64()),
     ]
 )
-ROUTED_DDL = (
-    "key binary, value binary, topic string, partition int, offset bigint, "
-    "ts_us bigint, headers_json string, grp int, run_max bigint, marker boolean, now_us bigint"
-)
+ROUTED_DDL = arrow_ddl(ROUTED_SCHEMA)
 
 
 def key_group(key: str | None, groups: int) -> int:

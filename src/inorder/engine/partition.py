@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,11 +34,12 @@ import pyarrow as pa
 from inorder.codecs.base import Codec
 from inorder.engine.apply import ViolationEvent
 from inorder.engine.reference import raise_failure
-from inorder.engine.task import INPUT_EXPRS, RESULT_DDL, TaskSpec, files_from_json, run_task
+from inorder.engine.results import RESULT_DDL, TaskResult, result_of
+from inorder.engine.task import INPUT_EXPRS, TaskSpec, run_task
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.processor import Processor, processor_types
-from inorder.sinks.base import Sink, SinkError, WrittenFile
+from inorder.sinks.base import Sink, SinkError
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.store import StateOptions
 
@@ -229,9 +229,9 @@ class PartitionBackend:
         except Exception:  # e.g. Spark Connect: no SparkContext; keep one task per partition
             return 0
 
-    def run_tasks(self, df: Any, batch_id: int) -> list[dict[str, Any]]:
+    def run_tasks(self, df: Any, batch_id: int) -> list[TaskResult]:
         """Run the batch's tasks (state and staged files written), commit nothing."""
-        return [row.asDict() for row in self.plan(df, batch_id).collect()]
+        return [result_of(row.asDict()) for row in self.plan(df, batch_id).collect()]
 
     def run_batch(self, df: Any, batch_id: int) -> BatchReport:
         """Apply, then commit, one micro-batch (``foreachBatch`` body)."""
@@ -245,19 +245,14 @@ class PartitionBackend:
         report.duration_seconds = time.perf_counter() - started
         return report
 
-    def commit(self, batch_id: int, results: list[dict[str, Any]]) -> BatchReport:
+    def commit(self, batch_id: int, results: list[TaskResult]) -> BatchReport:
         """Check the task results; raise on failures, else commit the sinks."""
-        failures = [
-            ViolationEvent.from_json(json.loads(r["failed"])) for r in results if r["failed"]
-        ]
+        failures = [r.failed for r in results if r.failed is not None]
         if failures:
             raise_failure(failures)
         report = summarize(batch_id, results)
-        files: list[WrittenFile] = []
-        dl_files: list[WrittenFile] = []
-        for r in results:
-            files.extend(files_from_json(r["files"]))
-            dl_files.extend(files_from_json(r["dead_letter_files"]))
+        files = [f for r in results for f in r.written_files()]
+        dl_files = [f for r in results for f in r.written_dead_letter_files()]
         if self.dead_letter_sink is not None:
             self.dead_letter_sink.commit(batch_id, dl_files)
         report.committed = self.sink.commit(batch_id, files)
@@ -265,37 +260,37 @@ class PartitionBackend:
         return report
 
 
-def summarize(batch_id: int, results: list[dict[str, Any]]) -> BatchReport:
-    """Fold task result rows into a :class:`BatchReport`."""
+def summarize(batch_id: int, results: list[TaskResult]) -> BatchReport:
+    """Fold task results into a :class:`BatchReport`."""
     report = BatchReport(batch_id=batch_id)
-    for r in sorted(results, key=lambda r: (r["topic"], r["partition"])):
-        counts: dict[str, int] = json.loads(r["violation_counts"])
-        counters: dict[str, int] = json.loads(r["counters"])
-        name = f"{r['topic']}[{r['partition']}]"
+    for r in sorted(results, key=lambda r: (r.topic, r.partition)):
+        counts = r.violation_counts
+        counters = r.counters
+        name = f"{r.topic}[{r.partition}]"
         report.partitions.append(
             PartitionReport(
-                r["topic"],
-                int(r["partition"]),
-                r["first_offset"],
-                int(r["last_offset"]),
-                int(r["records"]),
-                int(r["output_rows"]),
-                int(r["state_keys"]),
-                counts,
-                counters,
-                json.loads(r["timings"]),
+                r.topic,
+                r.partition,
+                r.first_offset,
+                r.last_offset,
+                r.records,
+                r.output_rows,
+                r.state_keys,
+                dict(counts),
+                dict(counters),
+                dict(r.timings),
             )
         )
-        report.records += int(r["records"])
-        report.output_rows += int(r["output_rows"])
-        report.state_keys += int(r["state_keys"])
+        report.records += r.records
+        report.output_rows += r.output_rows
+        report.state_keys += r.state_keys
         report.replayed += counters.get("replayed", 0)
         report.dead_letters += counters.get("dead_letters", 0)
         report.timeouts += counters.get("timeouts", 0)
-        report.last_offsets[name] = int(r["last_offset"])
+        report.last_offsets[name] = r.last_offset
         if counts:
-            report.violations_by_partition[name] = counts
+            report.violations_by_partition[name] = dict(counts)
         for rule, n in counts.items():
             report.violations_by_rule[rule] = report.violations_by_rule.get(rule, 0) + n
-        report.violations.extend(ViolationEvent.from_json(v) for v in json.loads(r["violations"]))
+        report.violations.extend(r.violations)
     return report

@@ -24,7 +24,6 @@ already happened is run (Spark needs its state version) but not committed twice.
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +33,7 @@ import pyarrow as pa
 from inorder.codecs.base import Codec
 from inorder.engine.keygroups import ROUTED_DDL, RouteSpec, route_task
 from inorder.engine.partition import BatchReport, PartitionBackend
+from inorder.engine.results import TaskResult, merge_results, result_of
 from inorder.engine.task import INPUT_EXPRS, TaskSpec
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
@@ -148,8 +148,12 @@ class SparkBackend(PartitionBackend):
 
     # -- one micro-batch (foreachBatch body) -------------------------------------------------
 
-    def run_tasks(self, df: Any, batch_id: int) -> list[dict[str, Any]]:
+    def run_tasks(self, df: Any, batch_id: int) -> list[TaskResult]:
         """Run the batch's keyed stage (state and staged files written), commit nothing."""
+        return merge_group_results(self._result_rows(df))
+
+    def _result_rows(self, df: Any) -> list[dict[str, Any]]:
+        """The keyed stage's result rows (one action)."""
         if "grp" not in df.columns or "processing_us" not in df.columns:
             raise ConfigError(
                 "the spark backend's run_batch expects the micro-batch of prepare_stream(df) "
@@ -162,7 +166,7 @@ class SparkBackend(PartitionBackend):
         started = time.perf_counter()
         if not self._checked:
             self.check()
-        results = self.run_tasks(df, batch_id)
+        results = self._result_rows(df)
         stray = {int(r["batch_id"]) for r in results} - {batch_id}
         if stray:
             raise ConfigError(
@@ -178,48 +182,6 @@ class SparkBackend(PartitionBackend):
         return report
 
 
-def merge_group_results(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Fold the key groups' result rows into one row per topic-partition."""
-    by_tp: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for r in results:
-        by_tp.setdefault((r["topic"], int(r["partition"])), []).append(r)
-    merged: list[dict[str, Any]] = []
-    for (topic, partition), rows in sorted(by_tp.items()):
-        counts: dict[str, int] = {}
-        counters: dict[str, int] = {}
-        timings: dict[str, float] = {}
-        violations: list[dict[str, Any]] = []
-        files: list[Any] = []
-        dl_files: list[Any] = []
-        failed = [json.loads(r["failed"]) for r in rows if r["failed"]]
-        for r in rows:
-            for rule, n in json.loads(r["violation_counts"]).items():
-                counts[rule] = counts.get(rule, 0) + n
-            for name, n in json.loads(r["counters"]).items():
-                counters[name] = counters.get(name, 0) + n
-            for name, t in json.loads(r["timings"]).items():
-                timings[name] = timings.get(name, 0.0) + t
-            violations.extend(json.loads(r["violations"]))
-            files.extend(json.loads(r["files"] or "[]"))
-            dl_files.extend(json.loads(r["dead_letter_files"] or "[]"))
-        firsts = [r["first_offset"] for r in rows if r["first_offset"] is not None]
-        violations.sort(key=lambda v: (v["offset"], v["rule"]))
-        merged.append(
-            {
-                "topic": topic,
-                "partition": partition,
-                "first_offset": min(firsts) if firsts else None,
-                "last_offset": max(int(r["last_offset"]) for r in rows),
-                "records": sum(int(r["records"]) for r in rows),
-                "output_rows": sum(int(r["output_rows"]) for r in rows),
-                "files": json.dumps(files),
-                "dead_letter_files": json.dumps(dl_files),
-                "state_keys": sum(int(r["state_keys"]) for r in rows),
-                "violations": json.dumps(violations),
-                "violation_counts": json.dumps(counts),
-                "counters": json.dumps(counters),
-                "timings": json.dumps(timings),
-                "failed": json.dumps(min(failed, key=lambda v: v["offset"])) if failed else None,
-            }
-        )
-    return merged
+def merge_group_results(rows: list[dict[str, Any]]) -> list[TaskResult]:
+    """Fold the key groups' result rows into one result per topic-partition."""
+    return merge_results(result_of(row) for row in rows)

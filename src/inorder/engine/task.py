@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from inorder._worker import freeze_worker_heap
 from inorder.codecs.base import Codec
 from inorder.engine.apply import DeadLetter, OrderedApplier, RecordTuple, ViolationEvent
+from inorder.engine.results import RESULT_SCHEMA, ResultFile, TaskResult, result_row
 from inorder.integrity import Integrity
 from inorder.processor import Processor
 from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS, TopicPartition
@@ -35,33 +36,6 @@ MARKER_HEADER = "inorder.range"
 
 #: Rows buffered before they are encoded and handed to the sink writer.
 _FLUSH_ROWS = 65_536
-
-#: Schema of the per-topic-partition result rows tasks send to the driver.
-RESULT_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int64()),
-        pa.field("first_offset", pa.int64()),
-        pa.field("last_offset", pa.int64()),
-        pa.field("records", pa.int64()),
-        pa.field("output_rows", pa.int64()),
-        pa.field("files", pa.string()),
-        pa.field("dead_letter_files", pa.string()),
-        pa.field("state_keys", pa.int64()),
-        pa.field("violations", pa.string()),
-        pa.field("violation_counts", pa.string()),
-        pa.field("counters", pa.string()),
-        pa.field("timings", pa.string()),
-        pa.field("failed", pa.string()),
-    ]
-)
-
-RESULT_DDL = (
-    "topic string, partition bigint, first_offset bigint, last_offset bigint, records bigint, "
-    "output_rows bigint, files string, dead_letter_files string, state_keys bigint, "
-    "violations string, violation_counts string, counters string, timings string, "
-    "failed string"
-)
 
 #: Schema of dead-letter rows.
 DEAD_LETTER_SCHEMA = pa.schema(
@@ -96,36 +70,6 @@ class TaskSpec:
     dead_letter_sink: Sink | None = None
     state_options: StateOptions = field(default_factory=StateOptions)
     max_events: int = 100
-
-
-def files_json(files: list[WrittenFile]) -> str:
-    """Staged file descriptors as JSON (for the result row), statistics included."""
-    return json.dumps(
-        [
-            {
-                "path": f.path,
-                "rows": f.rows,
-                "size_bytes": f.size_bytes,
-                "partition_values": f.partition_values,
-                "stats": f.stats,
-            }
-            for f in files
-        ]
-    )
-
-
-def files_from_json(text: str | None) -> list[WrittenFile]:
-    """Inverse of :func:`files_json` (results of older tasks carry no ``stats``)."""
-    return [
-        WrittenFile(
-            d["path"],
-            int(d["rows"]),
-            int(d["size_bytes"]),
-            dict(d["partition_values"]),
-            d.get("stats"),
-        )
-        for d in json.loads(text or "[]")
-    ]
 
 
 def open_applier(
@@ -190,8 +134,8 @@ class _PartitionWork:
         applier.row_offsets.clear()
         self.timings["write"] += time.perf_counter() - started
 
-    def finish(self) -> dict[str, Any]:
-        """Fire timers, stage output, write the state delta; the result row as a dict."""
+    def finish(self) -> TaskResult:
+        """Fire timers, stage output, write the state delta; the task's result."""
         spec = self.spec
         applier = self.applier
         started = time.perf_counter()
@@ -273,24 +217,24 @@ def task_result(
     state_keys: int,
     timings: dict[str, float],
     failed: ViolationEvent | None,
-) -> dict[str, Any]:
-    """The small result row a task returns to the driver (see ``RESULT_SCHEMA``)."""
-    return {
-        "topic": tp.topic,
-        "partition": tp.partition,
-        "first_offset": applier.first_offset,
-        "last_offset": applier.meta.last_offset,
-        "records": applier.counters["records"],
-        "output_rows": output_rows,
-        "files": files_json(files),
-        "dead_letter_files": files_json(dead_letter_files),
-        "state_keys": state_keys,
-        "violations": json.dumps([v.to_json() for v in applier.violations]),
-        "violation_counts": json.dumps(applier.violation_counts),
-        "counters": json.dumps({**applier.counters, "dead_letters": len(applier.dead_letters)}),
-        "timings": json.dumps(timings),
-        "failed": None if failed is None else json.dumps(failed.to_json()),
-    }
+) -> TaskResult:
+    """The small result a task returns to the driver."""
+    return TaskResult(
+        topic=tp.topic,
+        partition=tp.partition,
+        first_offset=applier.first_offset,
+        last_offset=applier.meta.last_offset,
+        records=applier.counters["records"],
+        output_rows=output_rows,
+        files=[ResultFile.of(f) for f in files],
+        dead_letter_files=[ResultFile.of(f) for f in dead_letter_files],
+        state_keys=state_keys,
+        violations=list(applier.violations),
+        violation_counts=dict(applier.violation_counts),
+        counters={**applier.counters, "dead_letters": len(applier.dead_letters)},
+        timings=dict(timings),
+        failed=failed,
+    )
 
 
 #: The projection the driver applies before ``mapInArrow``. Spark converts an
@@ -422,4 +366,4 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     del work
     freeze_worker_heap()
     if results:
-        yield pa.RecordBatch.from_pylist(results, schema=RESULT_SCHEMA)
+        yield pa.RecordBatch.from_pylist([result_row(r) for r in results], schema=RESULT_SCHEMA)

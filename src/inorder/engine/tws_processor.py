@@ -37,11 +37,14 @@ import uuid
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
+from inorder.ddl import arrow_ddl
 from inorder.engine.apply import PROCESSOR_ERROR, OrderedApplier, ViolationEvent
 from inorder.engine.context import EVENT_TIME, PROCESSING_TIME, delta_micros
 from inorder.engine.keygroups import streaming_batch_id
+from inorder.engine.results import RESULT_SCHEMA, TaskResult, failure_result, result_row
 from inorder.engine.task import TaskSpec, _headers_of_json, task_result, write_dead_letters
 from inorder.records import TopicPartition
 from inorder.sinks.base import BatchWriter, WrittenFile
@@ -58,12 +61,15 @@ ENTRY_VALUE_DDL = (
 META_DDL = "last_offset long, max_event_us long, et_min long, pt_min long, keys long"
 
 #: Result rows (one per group and batch): a task result, the group, the batch's time.
-GROUP_RESULT_DDL = (
-    "topic string, partition bigint, first_offset bigint, last_offset bigint, records bigint, "
-    "output_rows bigint, files string, dead_letter_files string, state_keys bigint, "
-    "violations string, violation_counts string, counters string, timings string, "
-    "failed string, grp bigint, batch_id bigint, processing_us bigint"
+GROUP_RESULT_SCHEMA = pa.schema(
+    [
+        *RESULT_SCHEMA,
+        pa.field("grp", pa.int64()),
+        pa.field("batch_id", pa.int64()),
+        pa.field("processing_us", pa.int64()),
+    ]
 )
+GROUP_RESULT_DDL = arrow_ddl(GROUP_RESULT_SCHEMA)
 
 _Raw = tuple[Any, ...]
 
@@ -266,33 +272,14 @@ class GroupProcessor(StatefulProcessor):
         try:
             result = self._run(tp, group, batch, batch_id, processing_us)
         except Exception as exc:  # a bug must reach the driver as one line, not a trace
-            event = ViolationEvent(
-                topic, partition, -1, None, PROCESSOR_ERROR, f"{type(exc).__name__}: {exc}", "fail"
-            )
-            import json
-
-            result = {
-                "topic": topic,
-                "partition": partition,
-                "first_offset": None,
-                "last_offset": -1,
-                "records": 0,
-                "output_rows": 0,
-                "files": "[]",
-                "dead_letter_files": "[]",
-                "state_keys": 0,
-                "violations": json.dumps([event.to_json()]),
-                "violation_counts": json.dumps({PROCESSOR_ERROR: 1}),
-                "counters": "{}",
-                "timings": "{}",
-                "failed": json.dumps(event.to_json()),
-            }
-        result.update(grp=group, batch_id=batch_id, processing_us=processing_us)
-        yield pd.DataFrame({k: pd.Series([v], dtype=object) for k, v in result.items()})
+            result = failure_result(topic, partition, f"{type(exc).__name__}: {exc}")
+        row = result_row(result)
+        row.update(grp=group, batch_id=batch_id, processing_us=processing_us)
+        yield pd.DataFrame({k: pd.Series([v], dtype=object) for k, v in row.items()})
 
     def _run(
         self, tp: TopicPartition, group: int, rows: list[Any], batch_id: int, processing_us: int
-    ) -> dict[str, Any]:
+    ) -> TaskResult:
         started = time.perf_counter()
         spec = dataclasses.replace(self.spec, batch_id=batch_id, processing_us=processing_us)
         lateness = self._lateness
