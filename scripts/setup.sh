@@ -1,31 +1,114 @@
 #!/usr/bin/env bash
-# Set up inorder's development environment: Java 17 check, a virtualenv in .venv with the
-# package and its dev tools installed. Idempotent: a second run is a no-op unless
-# pyproject.toml changed. pip's wheel cache keeps the pyspark wheel it builds from the ~450 MB
+# Set up inorder in a virtualenv (.venv, or $INORDER_VENV): check Java, then install the
+# package with one set of extras (each includes the one before):
+#
+#   bash scripts/setup.sh demo           inorder + the local Kafka broker `inorder demo` starts
+#   bash scripts/setup.sh dev-services   + the local S3 server: all that `inorder dev up` runs
+#   bash scripts/setup.sh [dev]          + the test and check tools (the default; scripts/test.sh)
+#
+# Spark 4 runs on Java 17 or 21: the one Spark will use ($JAVA_HOME, else `java` on PATH) must
+# be one of them. When neither is installed and this runs as root with apt-get, Java 17 is
+# installed; otherwise the script says what to do.
+#
+# Idempotent: a second run is a no-op unless pyproject.toml changed or a larger set is asked
+# for than the one installed (the stamp $VENV/.inorder-installed records "<set> <sha256 of
+# pyproject.toml>"). pip's wheel cache keeps the pyspark wheel it builds from the ~450 MB
 # sdist, so repeat installs (even into a fresh .venv) take seconds, not minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+rank_of() {
+  case "$1" in
+    demo) echo 1 ;;
+    dev-services) echo 2 ;;
+    dev) echo 3 ;;
+    *) echo 0 ;;
+  esac
+}
+
+EXTRAS=${1:-dev}
+case "$EXTRAS" in
+  -h | --help)
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+esac
+if [ "$(rank_of "$EXTRAS")" = 0 ]; then
+  log "error: unknown set '$EXTRAS': use demo, dev-services or dev (see scripts/setup.sh --help)"
+  exit 2
+fi
 
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 VENV=${INORDER_VENV:-.venv}
 
-log() { printf '[setup] %s\n' "$*" >&2; }
+# -- Java ------------------------------------------------------------------------------------
 
-java_major() {
-  java -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]); exit}'
+# The java Spark starts: $JAVA_HOME/bin/java when JAVA_HOME is set, else the one on PATH.
+java_bin() {
+  if [ -n "${JAVA_HOME:-}" ]; then
+    echo "$JAVA_HOME/bin/java"
+  else
+    command -v java 2>/dev/null || true
+  fi
 }
 
-if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" != "17" ]; then
-  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    log "Java 17 not found: installing openjdk-17-jre-headless with apt-get"
-    apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+java_major() {
+  "$1" -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]); exit}'
+}
+
+# A Java 17 or 21 installed but not the one Spark would use (to suggest JAVA_HOME).
+other_java() {
+  local candidate
+  for candidate in /usr/lib/jvm/*/bin/java /Library/Java/JavaVirtualMachines/*/Contents/Home/bin/java; do
+    [ -x "$candidate" ] || continue
+    case "$(java_major "$candidate")" in
+      17 | 21) echo "${candidate%/bin/java}"; return ;;
+    esac
+  done
+}
+
+java_ok() {
+  local bin
+  bin=$(java_bin)
+  [ -n "$bin" ] && [ -x "$bin" ] || return 1
+  case "$(java_major "$bin")" in
+    17 | 21) return 0 ;;
+  esac
+  return 1
+}
+
+describe_java() {
+  local bin
+  bin=$(java_bin)
+  if [ -z "$bin" ] || [ ! -x "$bin" ]; then
+    echo "none${JAVA_HOME:+ (JAVA_HOME=$JAVA_HOME has no bin/java)}"
   else
-    log "error: Spark 4.3 needs Java 17 (found: $(java -version 2>&1 | head -1 || echo none))."
-    log "install it, e.g. 'sudo apt-get install openjdk-17-jre-headless', or set JAVA_HOME"
-    exit 1
+    echo "Java $(java_major "$bin") at $bin"
+  fi
+}
+
+if ! java_ok; then
+  if [ -z "$(other_java)" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    log "neither Java 17 nor 21 found ($(describe_java)): installing openjdk-17-jre-headless"
+    apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
   fi
 fi
+if ! java_ok; then
+  log "error: Spark 4 needs Java 17 or 21; the java Spark would start is: $(describe_java)."
+  found=$(other_java)
+  if [ -n "$found" ]; then
+    log "Java $(java_major "$found/bin/java") is installed at $found: export JAVA_HOME=$found"
+  else
+    log "install one, e.g. 'sudo apt-get install openjdk-17-jre-headless', or set JAVA_HOME"
+  fi
+  exit 1
+fi
+log "using $(describe_java)"
+
+# -- Python and the virtualenv ---------------------------------------------------------------
 
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' || {
   log "error: inorder needs Python 3.11 (found $("$PYTHON" --version 2>&1)); set PYTHON=..."
@@ -33,16 +116,33 @@ fi
 }
 
 stamp="$VENV/.inorder-installed"
-want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+have_set=""
+have_sha=""
+if [ -f "$stamp" ]; then
+  read -r first second <"$stamp" || true
+  if [ -z "${second:-}" ]; then
+    have_set=dev # a stamp of an earlier setup.sh: it always installed the dev set
+    have_sha=${first:-}
+  else
+    have_set=$first
+    have_sha=$second
+  fi
+fi
+if [ -x "$VENV/bin/python" ] && [ "$have_sha" = "$want" ] &&
+  [ "$(rank_of "$have_set")" -ge "$(rank_of "$EXTRAS")" ]; then
+  log "up to date: $VENV has inorder[$have_set]"
   exit 0
+fi
+if [ -x "$VENV/bin/python" ] && [ "$(rank_of "$have_set")" -gt "$(rank_of "$EXTRAS")" ]; then
+  EXTRAS=$have_set # pyproject.toml changed: keep the larger set that is installed
 fi
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating virtualenv $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
-log "installing inorder and its dependencies (first run builds the pyspark wheel: a few minutes)"
+log "installing inorder[$EXTRAS] (first run builds the pyspark wheel: a few minutes)"
 "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
-"$VENV/bin/python" -m pip install -q -e ".[dev]"
-echo "$want" > "$stamp"
-log "ready: $VENV/bin/inorder"
+"$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
+echo "$EXTRAS $want" >"$stamp"
+log "ready: $VENV/bin/inorder (inorder[$EXTRAS])"

@@ -6,6 +6,8 @@ Each run works in its own subdirectory and topic prefix, so repeated demos never
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,21 @@ class DemoSettings:
     faulty_sessions: float = 0.1
     master: str = "local[2]"
     keep_running: bool = False
+
+
+def query_command(output: Path) -> str:
+    """A shell command printing the output's rows per topic and op with DuckDB (the Python
+    package, a dependency: no DuckDB command line tool is installed)."""
+    sql = (
+        f"select topic, op, count(*) as rows from read_parquet('{output}/*/*.parquet', "
+        "hive_partitioning = true) group by all order by all"
+    )
+    python = shlex.quote(sys.executable)
+    script = 'import duckdb; duckdb.sql("' + sql + '").show()'
+    if any(c in str(output) for c in "'\"$`\\!"):
+        return f"{python} -c {shlex.quote(script)}"
+    # The readable form: nothing in the path means anything inside double quotes.
+    return python + ' -c "' + script.replace('"', '\\"') + '"'
 
 
 def _say(text: str) -> None:
@@ -115,10 +132,7 @@ def run_demo(settings: DemoSettings) -> bool:
         output = (work / "output").resolve()
         _say(f"output: {output}")
         _say("query it, e.g.:")
-        _say(
-            f"  duckdb -c \"select topic, op, count(*) from read_parquet('{output}/*/*.parquet',"
-            ' hive_partitioning=true) group by all order by all"'
-        )
+        _say(f"  {query_command(output)}")
         _say(
             "verdict: "
             + (

@@ -4,11 +4,14 @@
   ``offset``: readers see the table before or after it, never in between; the application
   transactions (``txn``) of the writing query stay in the log.
 * **Parquet** (the manifest protocol of :mod:`inorder.sinks.parquet`): every committed file
-  holding affected rows is rewritten without them as a staged file; one *repair manifest*
-  ``_inorder/compactions/<seq:020d>.json`` (``"kind": "repair"``) lists the files it replaces
-  and their rewritten copies (none when every row of a file goes), created if absent: that is
-  the commit point, after which :func:`~inorder.sinks.parquet.read_committed` (and every
-  reader of the committed file list) reads the new set. The new files are then published,
+  holding affected rows is rewritten without them as a staged file
+  (``_inorder/staging/r<seq>-<id>/...parquet.staged``: no ``*.parquet`` glob of the dataset
+  matches it, so a repair killed before its commit point leaves nothing visible); one
+  *repair manifest* ``_inorder/compactions/<seq:020d>.json`` (``"kind": "repair"``) lists
+  the files it replaces and their rewritten copies (none when every row of a file goes),
+  created if absent: that is the commit point, after which
+  :func:`~inorder.sinks.parquet.read_committed` (and every reader of the committed file
+  list) reads the new set. The new files are then published,
   ``.done`` is written, and the replaced files are deleted at once (``.cleaned``): they hold
   exactly the rows being removed, so listing readers must stop seeing them.
 
@@ -174,14 +177,15 @@ def _delete_mask(
 def _delete_parquet(
     sink: Sink, starts: Mapping[TopicPartition, int], result: OutputDeletion
 ) -> None:
-    from inorder.sinks.parquet import (
+    from inorder.sinks.commit_log import (
         COMPACTIONS_DIR,
-        STAGING_DIR,
-        _listing,
+        STAGED_SUFFIX,
         complete_manifest,
+        list_records,
         load_state,
         manifest_name,
     )
+    from inorder.sinks.compaction import clean_stale_staging, staging_dir
 
     loc: sfs.Location = sink.location  # type: ignore[attr-defined]
     compression: str = getattr(sink, "compression", "zstd")
@@ -190,9 +194,9 @@ def _delete_parquet(
     for rel in load_state(loc).pending:
         complete_manifest(loc, rel)
     state = load_state(loc)
-    comp_ids, _, _ = _listing(loc, COMPACTIONS_DIR)
+    comp_ids, _, _ = list_records(loc, COMPACTIONS_DIR)
     seq = (comp_ids[-1] + 1) if comp_ids else 0
-    staging = f"{STAGING_DIR}/r{seq}"
+    staging = staging_dir("r", seq)
     replaces: list[str] = []
     entries: list[dict[str, Any]] = []
     deleted = 0
@@ -214,8 +218,8 @@ def _delete_parquet(
                 result.files_removed += 1
                 continue
             directory, _, _ = live.path.rpartition("/")
-            name = f"repaired-{seq:010d}-{len(entries):05d}.parquet"
-            staged = "/".join(p for p in (staging, directory, name) if p)
+            stem = f"repaired-{seq:010d}-{len(entries):05d}"
+            staged = "/".join(p for p in (staging, directory, stem + STAGED_SUFFIX) if p)
             target = loc.join(staged)
             if not loc.is_s3:
                 loc.filesystem.create_dir(target.rsplit("/", 1)[0], recursive=True)
@@ -224,7 +228,7 @@ def _delete_parquet(
             entries.append(
                 {
                     "staged": staged,
-                    "final": "/".join(p for p in (directory, name) if p),
+                    "final": "/".join(p for p in (directory, stem + ".parquet") if p),
                     "rows": kept.num_rows,
                     "size_bytes": int(loc.filesystem.get_file_info(target).size or 0),
                     "partition_values": live.partition_values,
@@ -263,4 +267,5 @@ def _delete_parquet(
         sfs.delete_quietly(loc, loc.join(old))
     base = loc.join(COMPACTIONS_DIR, manifest_name(seq).removesuffix(".json"))
     sfs.write_bytes(loc, base + ".cleaned", b"{}")
+    clean_stale_staging(loc, state.compaction_floor)  # left by killed repairs or compactions
     result.detail = rel

@@ -47,7 +47,13 @@ def read_changes(
 
     ``source`` is a local path or URI (``s3://bucket/prefix``). ``storage_options`` uses the
     object_store keys (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-    ``AWS_REGION``, ``AWS_ALLOW_HTTP``). Hive-style directories (``topic=a/``) become columns;
+    ``AWS_REGION``, ``AWS_ALLOW_HTTP``).
+
+    A dataset written by :class:`~inorder.sinks.parquet.ParquetSink` (it has an
+    ``_inorder/commits`` folder) is read through its commit log
+    (:func:`~inorder.sinks.parquet.read_committed`): exactly the committed rows, never a
+    batch being published nor both copies of rows during a compaction's grace period. Any
+    other Parquet dataset is listed: hive-style directories (``topic=a/``) become columns;
     files and directories starting with ``_`` or ``.`` (staging, logs) are skipped.
     """
     if isinstance(source, pa.Table):
@@ -60,6 +66,13 @@ def read_changes(
             source, storage_options=dict(storage_options or {})
         ).to_pyarrow_table()
         return table
+    if fs.get_file_info(path.rstrip("/") + "/_inorder/commits").type == pafs.FileType.Directory:
+        from inorder.sinks.parquet import read_committed
+
+        try:
+            return read_committed(source, storage_options)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise InorderError(f"cannot read change log at {source}: {exc}") from None
     try:
         dataset = ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive")
         return dataset.to_table()

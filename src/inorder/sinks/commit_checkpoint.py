@@ -15,7 +15,7 @@ Every batch adds a manifest and a ``.done`` marker to ``_inorder/commits``. Ever
    ``min(newest - manifest_retention, previous checkpoint)``, then finished (``.cleaned``)
    compaction records folded into the previous checkpoint, never the newest record.
 
-Why this is safe for readers (:func:`~inorder.sinks.parquet.load_state`): a manifest or
+Why this is safe for readers (:func:`~inorder.sinks.commit_log.load_state`): a manifest or
 compaction record after a checkpoint is deleted only once that checkpoint itself was deleted,
 so a reader that finds its starting checkpoint still present after reading had everything
 it needed; otherwise it starts over from the newer checkpoint. A crash at any step leaves
@@ -31,18 +31,18 @@ import time
 from typing import Any
 
 from inorder.sinks import fs as sfs
-from inorder.sinks.parquet import (
+from inorder.sinks.commit_log import (
     COMMITS_DIR,
     COMPACTIONS_DIR,
     DEFAULT_MANIFEST_RETENTION,
     BatchIds,
     LiveFile,
-    _listing,
-    _live,
     checkpoint_name,
     file_batch_id,
     forget_manifest,
     list_commits,
+    list_records,
+    live_file,
     manifest_name,
     read_checkpoint,
     read_manifest,
@@ -57,7 +57,7 @@ def write_checkpoint(
     ``None`` when there is no done batch after the newest checkpoint. Only the writing
     driver calls this (one driver per dataset); compactors may run concurrently.
     """
-    comp_ids, comp_done, _ = _listing(location, COMPACTIONS_DIR)
+    comp_ids, comp_done, _ = list_records(location, COMPACTIONS_DIR)
     listing = list_commits(location)
     base = listing.newest_checkpoint
     files: dict[str, LiveFile] = {}
@@ -68,7 +68,7 @@ def write_checkpoint(
     owner: str | None = None
     if base is not None:
         doc = read_checkpoint(location, base)
-        files = {e["final"]: _live(e) for e in doc["files"]}
+        files = {e["final"]: live_file(e) for e in doc["files"]}
         batches = BatchIds(doc["batches"])
         floor = int(doc["compaction_seq"])
         schema = doc.get("schema")
@@ -86,7 +86,7 @@ def write_checkpoint(
         partition_by = list(manifest.get("partition_by", partition_by))
         owner = manifest.get("owner")
         for entry in manifest["files"]:
-            files[entry["final"]] = _live(entry)
+            files[entry["final"]] = live_file(entry)
         upto = bid
     if upto is None or upto == base:
         return None
@@ -104,7 +104,7 @@ def write_checkpoint(
         for old in manifest["replaces"]:
             files.pop(old, None)
         for entry in manifest["files"]:
-            files[entry["final"]] = _live(entry)
+            files[entry["final"]] = live_file(entry)
         seq_upto = seq
     doc = {
         "format": 1,
@@ -170,7 +170,7 @@ def cleanup_commit_log(
     if previous_doc is None:
         return deleted
     folded = int(previous_doc["compaction_seq"])
-    comp_ids, done, cleaned = _listing(location, COMPACTIONS_DIR)
+    comp_ids, done, cleaned = list_records(location, COMPACTIONS_DIR)
     # The newest record always stays: the next compaction numbers itself after it.
     keep = comp_ids[-1] if comp_ids else -1
     for seq in comp_ids:

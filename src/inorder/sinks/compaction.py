@@ -5,14 +5,21 @@ Parquet datasets (the manifest protocol of :mod:`inorder.sinks.parquet`):
 1. plan from the committed state: per partition directory, files smaller than 3/4 of the
    target are packed (in commit order) into groups of about ``target_file_size``; a group
    of one file is left alone;
-2. write each group as one staged file under ``_inorder/staging/c<seq>/``;
+2. write each group as one staged file under ``_inorder/staging/c<seq>-<id>/`` (``<id>``
+   unique to this run, so a concurrent compactor that picked the same ``seq`` never
+   touches these files), named ``*.parquet.staged``: no ``*.parquet`` glob sees it;
 3. create ``_inorder/compactions/<seq:020d>.json`` *if absent*: the files it replaces and
    the new files with deterministic names ``compacted-<seq:010d>-<n:05d>.parquet``; a
    concurrent compactor that picked the same ``seq`` loses and deletes its staged files;
 4. publish the new files, mark ``<seq>.done``: from then on
    :func:`~inorder.sinks.parquet.read_committed` reads the new files instead of the old ones;
 5. after ``grace_seconds`` the replaced files are deleted (``<seq>.cleaned``), so a reader
-   that listed the old state just before step 4 can still finish.
+   that listed the old state just before step 4 can still finish. Until then a reader that
+   lists the data directories sees both the replaced files and their merged copy (rows
+   twice): such readers want ``grace_seconds=0`` (see ``docs/sinks.md``).
+
+Staging directories of compactions and output repairs that were killed before their commit
+point are deleted at the end of the next compaction or repair (:func:`clean_stale_staging`).
 
 Delta tables: ``DeltaTable.optimize.compact`` then ``vacuum`` with a retention period
 (default 7 days, the Delta default).
@@ -22,22 +29,25 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from inorder.sinks import fs as sfs
 from inorder.sinks.base import SinkError
-from inorder.sinks.parquet import (
+from inorder.sinks.commit_log import (
     COMPACTIONS_DIR,
     DEFAULT_TARGET_FILE_SIZE,
+    STAGED_SUFFIX,
     STAGING_DIR,
     LiveFile,
-    _listing,
     complete_manifest,
     is_not_found,
+    list_records,
     load_state,
     manifest_name,
     partition_dir,
@@ -122,12 +132,13 @@ def compact_parquet(
     if dry_run:
         return report
     if groups:
-        comp_ids, _, _ = _listing(location, COMPACTIONS_DIR)
+        comp_ids, _, _ = list_records(location, COMPACTIONS_DIR)
         # Records folded into a commit checkpoint may be deleted (never the newest one);
         # the checkpoint's sequence number is a floor all the same.
         seq = max(comp_ids[-1] if comp_ids else -1, planning.compaction_floor) + 1
         report.seq = seq
         _rewrite(location, planning.partition_by, groups, seq, compression)
+    clean_stale_staging(location, planning.compaction_floor)
     report.deleted = cleanup_parquet(location, grace_seconds)
     return report
 
@@ -139,7 +150,7 @@ def _rewrite(
     seq: int,
     compression: str,
 ) -> None:
-    staging = f"{STAGING_DIR}/c{seq}"
+    staging = staging_dir("c", seq)
     entries = []
     try:
         for n, group in enumerate(groups):
@@ -154,9 +165,9 @@ def _rewrite(
                     f"{location.uri}: files of {pdir or 'the dataset'} hold {table.num_rows} "
                     f"rows, manifests say {rows}; not compacting"
                 )
-            name = f"compacted-{seq:010d}-{n:05d}.parquet"
-            staged = "/".join(p for p in (staging, pdir, name) if p)
-            final = "/".join(p for p in (pdir, name) if p)
+            stem = f"compacted-{seq:010d}-{n:05d}"
+            staged = "/".join(p for p in (staging, pdir, stem + STAGED_SUFFIX) if p)
+            final = "/".join(p for p in (pdir, stem + ".parquet") if p)
             full = location.join(staged)
             if not location.is_s3:
                 location.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
@@ -196,9 +207,67 @@ def _rewrite(
     sfs.delete_dir_quietly(location, location.join(staging))
 
 
+def staging_dir(kind: str, seq: int) -> str:
+    """A fresh staging directory for compaction (``kind`` ``c``) or repair (``r``) ``seq``.
+
+    Unique per run: two runs that picked the same ``seq`` stage apart, so the one that
+    loses the create-if-absent deletes only its own files.
+    """
+    return f"{STAGING_DIR}/{kind}{seq}-{uuid.uuid4().hex[:12]}"
+
+
+def _staging_seq(name: str) -> int | None:
+    """``seq`` of a compaction/repair staging directory (``c<seq>[-<id>]``), else ``None``."""
+    if name[:1] not in ("c", "r"):
+        return None
+    digits = name[1:].split("-", 1)[0]
+    return int(digits) if digits.isdigit() else None
+
+
+def clean_stale_staging(location: sfs.Location, floor: int = -1) -> list[str]:
+    """Delete staging directories of compactions and repairs that can no longer commit.
+
+    The directory of a run that picked sequence number ``seq`` is stale once a record of
+    ``seq`` or a later one exists (that run lost the race for ``seq``, or was killed) and no
+    record still being published names a file in it. Runs staging for a ``seq`` above every
+    record (and above ``floor``, the sequence number folded into the newest commit
+    checkpoint) are left alone: they may be writing right now. Returns the deleted
+    directories (relative paths).
+    """
+    comp_ids, done, _ = list_records(location, COMPACTIONS_DIR)
+    newest = max(comp_ids[-1] if comp_ids else -1, floor)
+    needed: set[str] = set()
+    for seq in comp_ids:
+        if seq in done:
+            continue
+        try:
+            manifest = read_manifest(location, f"{COMPACTIONS_DIR}/{manifest_name(seq)}")
+        except OSError as exc:
+            if is_not_found(exc):
+                continue
+            raise
+        for entry in manifest["files"]:
+            parts = str(entry["staged"]).split("/")
+            if len(parts) > 3:
+                needed.add(parts[2])
+    deleted: list[str] = []
+    for info in location.filesystem.get_file_info(
+        pafs.FileSelector(location.join(STAGING_DIR), allow_not_found=True)
+    ):
+        of = _staging_seq(info.base_name)
+        if of is None or of > newest or info.base_name in needed:
+            continue
+        sfs.delete_dir_quietly(location, info.path)
+        if location.is_s3:
+            for leftover in sfs.list_files(location, info.path, recursive=True):
+                sfs.delete_quietly(location, leftover.path)
+        deleted.append(f"{STAGING_DIR}/{info.base_name}")
+    return deleted
+
+
 def cleanup_parquet(location: sfs.Location, grace_seconds: float) -> list[str]:
     """Delete files replaced by compactions done more than ``grace_seconds`` ago."""
-    comp_ids, done, cleaned = _listing(location, COMPACTIONS_DIR)
+    comp_ids, done, cleaned = list_records(location, COMPACTIONS_DIR)
     deleted: list[str] = []
     now = time.time()
     for seq in comp_ids:
