@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.error
@@ -33,10 +32,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inorder.dev.services import (
+from inorder.dev.processes import (
     free_ports,
     process_alive,
     process_start_time,
+    reap,
+    spawn,
     stop_process,
     tcp_open,
 )
@@ -52,10 +53,6 @@ STOP_TIMEOUT = 20.0
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
-
-# Popen objects of daemons started by this process, so they are reaped when they exit (a
-# zombie would still look alive) and no ResourceWarning fires while they run.
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 class ClusterError(InorderError):
@@ -95,9 +92,6 @@ class DaemonRecord:
 
     def alive(self) -> bool:
         """True while the recorded process (same pid, same start time) runs."""
-        child = _CHILDREN.get(self.pid)
-        if child is not None and child.poll() is not None:
-            del _CHILDREN[self.pid]  # reaped: a zombie would still have a /proc entry
         return process_alive(self.pid, self.start_time)
 
 
@@ -215,22 +209,15 @@ class StandaloneCluster:
         die_with_parent: bool,
         extra_env: dict[str, str] | None = None,
     ) -> int:
-        log = self.state_dir / f"{role}.log"
-        preexec = _parent_death_signal if die_with_parent and sys.platform == "linux" else None
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                [str(spark_class()), *argv],
-                cwd=self.state_dir,
-                env={**daemon_env(python), **(extra_env or {})},
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # own process group: its executors go with it
-                close_fds=True,
-                preexec_fn=preexec,
-            )
-        _CHILDREN[proc.pid] = proc
-        return proc.pid
+        # Its own process group, so stopping the daemon stops its executors too.
+        pid, _ = spawn(
+            [str(spark_class()), *argv],
+            self.state_dir / f"{role}.log",
+            self.state_dir,
+            die_with_parent,
+            env={**daemon_env(python), **(extra_env or {})},
+        )
+        return pid
 
     def _record(self, role: str, pid: int, port: int, ui_port: int) -> dict[str, Any]:
         return asdict(
@@ -394,9 +381,7 @@ class StandaloneCluster:
         for record in reversed(self._daemons(data)):
             if stop_process(record.pid, record.start_time, STOP_TIMEOUT):
                 stopped.append(record.role)
-            child = _CHILDREN.pop(record.pid, None)
-            if child is not None:
-                child.poll()  # reap it
+            reap(record.pid)
         if data:
             with contextlib.suppress(FileNotFoundError):
                 self.state_file.unlink()
@@ -455,12 +440,3 @@ def _last_lines(path: Path, count: int = 3) -> str:
     except OSError:
         return "no log"
     return " | ".join(lines[-count:]) or "empty log"
-
-
-def _parent_death_signal() -> None:
-    # Runs in the child between fork and exec: Linux sends SIGTERM when the parent (a test
-    # run) dies, even by SIGKILL, so no daemon outlives its tests.
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG

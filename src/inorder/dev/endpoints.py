@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inorder.dev.processes import process_alive
 from inorder.dev.s3util import S3Credentials
 from inorder.errors import ConfigError
 
@@ -113,8 +114,6 @@ def read_services_file(state_dir: Path) -> dict[str, Any]:
 
 
 def _running_entry(state_dir: Path, name: str) -> dict[str, Any] | None:
-    # Imported here: services imports this module for the file format.
-    from inorder.dev.services import process_alive
 
     entry = read_services_file(state_dir).get(name)
     if not isinstance(entry, dict) or not entry.get("pid"):

