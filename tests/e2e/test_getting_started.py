@@ -29,7 +29,7 @@ import duckdb
 import pyarrow.compute as pc
 import pytest
 
-from inorder.dev.services import free_ports
+from inorder.dev.processes import free_ports
 from inorder.dev.simulator import load_ground_truth
 from inorder.dev.verify import verify_tables
 from inorder.sessions.rebuild import rebuild_tables
@@ -248,8 +248,8 @@ def test_getting_started_verbatim_then_every_documented_query_after_a_failed_bat
     printed = bash(query.replace(DEMO_OUTPUT, f"{FAILED}/output"), work, shell_env(work))
     assert printed_counts(printed) == committed_counts(committed)
     # A `**` glob enters _inorder/: the staged files must not match it either.
-    globbed = duckdb.sql(f"select count(*) from read_parquet('{output}/**/*.parquet')").fetchall()
-    assert globbed[0][0] == committed.num_rows
+    globbed = duckdb.sql(f"select count(*) from read_parquet('{output}/**/*.parquet')")
+    assert globbed is not None and globbed.fetchall()[0][0] == committed.num_rows
     # sinks.md, "Reading a Parquet dataset": its Python, on this output.
     (reading,) = code_blocks(section(DOCS / "sinks.md", "Reading a Parquet dataset"), "python")
     assert f'root = "{DEMO_OUTPUT}"' in reading

@@ -21,8 +21,9 @@ import pytest
 from tests.fixtures.services import KafkaService, S3Service
 
 from inorder import cli
-from inorder.dev import endpoints, s3util, services
+from inorder.dev import endpoints, processes, services
 from inorder.errors import ConfigError
+from inorder.sinks import s3_objects
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -38,7 +39,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 
 def group_gone(pgid: int) -> bool:
     """True if no live process of the group is left (servers run as group leaders)."""
-    return not services.group_members(pgid)
+    return not processes.group_members(pgid)
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def test_dev_up_status_down_through_cli(
     assert s3["secret_access_key"] == "********"  # masked without --show-secrets
     assert secret not in res.stdout + res.stderr
     kafka_port, s3_port = kafka["port"], s3["port"]
-    assert services.tcp_open(kafka_port) and services.tcp_open(s3_port)
+    assert processes.tcp_open(kafka_port) and processes.tcp_open(s3_port)
     pids = {kafka["pid"], s3["pid"]}
 
     # services.json is private and is what other commands resolve endpoints from.
@@ -89,7 +90,7 @@ def test_dev_up_status_down_through_cli(
         f"http://127.0.0.1:{s3_port}",
         secret,
     )
-    assert settings.bucket in s3util.list_buckets(settings.credentials())
+    assert settings.bucket in settings.list_buckets()
     assert secret not in repr(settings)
     for log in ("kafka.log", "s3.log"):
         assert secret not in (state_dir / log).read_text(errors="replace")
@@ -112,9 +113,9 @@ def test_dev_up_status_down_through_cli(
     assert res.returncode == 0, res.stderr
     down = json.loads(res.stdout)["services"]
     assert down["kafka"]["state"] == down["s3"]["state"] == "stopped"
-    assert not services.tcp_open(kafka_port) and not services.tcp_open(s3_port)
+    assert not processes.tcp_open(kafka_port) and not processes.tcp_open(s3_port)
     for pid in pids:
-        assert not services.process_alive(pid)
+        assert not processes.process_alive(pid)
         assert group_gone(pid)
 
     assert cli.main(["dev", "status", "--state-dir", sd, "--json"]) == 1
@@ -144,7 +145,7 @@ def test_dev_up_port_taken_is_one_line_error(state_dir: Path) -> None:
 def test_dev_up_on_other_port_while_running_is_refused(state_dir: Path) -> None:
     (report,) = services.up(state_dir, kafka_port=0, only=["kafka"])
     port = report.entry["port"]
-    (free,) = services.free_ports(1)
+    (free,) = processes.free_ports(1)
     res = run_cli("dev", "up", "--state-dir", str(state_dir), "--only", "kafka",
                   "--kafka-port", str(free))  # fmt: skip
     assert res.returncode == 1
@@ -184,10 +185,10 @@ def test_fixture_servers_die_with_their_test_process(tmp_path: Path) -> None:
     )
     pid, port = map(int, res.stdout.split())
     deadline = time.monotonic() + 15
-    while services.process_alive(pid) and time.monotonic() < deadline:
+    while processes.process_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not services.process_alive(pid)
-    assert not services.tcp_open(port)
+    assert not processes.process_alive(pid)
+    assert not processes.tcp_open(port)
 
 
 @pytest.mark.parametrize(
@@ -325,29 +326,28 @@ def test_kafka_create_produce_consume(kafka: KafkaService) -> None:
 
 
 def test_s3_put_and_conditional_put(s3: S3Service) -> None:
-    creds = s3.credentials()
-    prefix = s3.new_prefix().removeprefix(f"s3://{s3.bucket}/")
-    key = f"{prefix}/_delta_log/00000000000000000000.json"
+    settings = s3.sink_settings()
+    prefix = s3.new_prefix().removeprefix("s3://")
+    path = f"{prefix}/_delta_log/00000000000000000000.json"
 
-    first = s3util.put_object(creds, s3.bucket, key, b"first", if_none_match=True)
-    assert first.status == 200, first.error_code()
-    second = s3util.put_object(creds, s3.bucket, key, b"second", if_none_match=True)
-    assert second.status == 412, (second.status, second.error_code())
-    assert second.error_code() == "PreconditionFailed"
-    assert s3util.get_object(creds, s3.bucket, key).body == b"first"
+    s3_objects.put_if_absent(settings, path, b"first")
+    with pytest.raises(s3_objects.ObjectExists):
+        s3_objects.put_if_absent(settings, path, b"second")
+    assert s3_objects.get_if_exists(settings, path) == b"first"
 
-    # An unconditional put overwrites; pyarrow (used by sinks) sees the same object.
-    assert s3util.put_object(creds, s3.bucket, key, b"third").status == 200
-    with s3.pyarrow_fs().open_input_stream(f"{s3.bucket}/{key}") as fh:
+    # An unconditional put overwrites; pyarrow (used for data files) sees the same object.
+    s3_objects.put(settings, path, b"third")
+    with s3.pyarrow_fs().open_input_stream(path) as fh:
         assert fh.read() == b"third"
-    assert s3util.delete_object(creds, s3.bucket, key).status == 204
-    assert s3util.get_object(creds, s3.bucket, key).status == 404
+    s3_objects.delete_if_exists(settings, path)
+    assert s3_objects.get_if_exists(settings, path) is None
+    s3_objects.delete_if_exists(settings, path)  # deleting what is gone is fine
 
 
 def test_s3_rejects_wrong_secret(s3: S3Service) -> None:
-    wrong = s3util.S3Credentials(s3.endpoint_url, s3.access_key_id, "wrong-secret", s3.region)
-    with pytest.raises(s3util.S3RequestError, match="HTTP 403") as exc:
-        s3util.list_buckets(wrong)
+    wrong = endpoints.S3Settings(s3.endpoint_url, s3.access_key_id, "wrong-secret", s3.region)
+    with pytest.raises(OSError, match="SIGNATURE_DOES_NOT_MATCH") as exc:
+        wrong.list_buckets()
     assert "wrong-secret" not in str(exc.value)
 
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inorder.dev.processes import process_alive
-from inorder.dev.s3util import S3Credentials
 from inorder.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -51,12 +51,6 @@ class S3Settings:
     region: str = DEFAULT_REGION
     bucket: str = DEFAULT_BUCKET
 
-    def credentials(self) -> S3Credentials:
-        """The signing credentials for :mod:`inorder.dev.s3util`."""
-        return S3Credentials(
-            self.endpoint_url, self.access_key_id, self.secret_access_key, self.region
-        )
-
     def storage_options(self) -> dict[str, str]:
         """Options for deltalake / object_store (``DeltaTable(uri, storage_options=...)``)."""
         options = {
@@ -69,18 +63,48 @@ class S3Settings:
             options["AWS_ALLOW_HTTP"] = "true"
         return options
 
-    def pyarrow_fs(self) -> pyarrow.fs.S3FileSystem:
-        """A ``pyarrow.fs.S3FileSystem`` for this endpoint (paths are ``bucket/key``)."""
+    def pyarrow_fs(
+        self, timeout: float | None = None, create_buckets: bool = False
+    ) -> pyarrow.fs.S3FileSystem:
+        """A ``pyarrow.fs.S3FileSystem`` for this endpoint (paths are ``bucket/key``).
+
+        With ``timeout`` each request gets that many seconds and one attempt (health checks);
+        ``create_buckets`` lets ``create_dir("name")`` create a bucket.
+        """
         from pyarrow import fs
 
         parsed = urllib.parse.urlsplit(self.endpoint_url)
+        kwargs: dict[str, Any] = {}
+        if timeout is not None:
+            kwargs = {
+                "connect_timeout": timeout,
+                "request_timeout": timeout,
+                "retry_strategy": fs.AwsStandardS3RetryStrategy(max_attempts=1),
+            }
         return fs.S3FileSystem(
             access_key=self.access_key_id,
             secret_key=self.secret_access_key,
             region=self.region,
             endpoint_override=parsed.netloc,
             scheme=parsed.scheme or "https",
+            allow_bucket_creation=create_buckets,
+            **kwargs,
         )
+
+    def list_buckets(self, timeout: float = 5.0) -> list[str]:
+        """The bucket names (ListBuckets); ``OSError`` with the server's reason on failure."""
+        from pyarrow import fs
+
+        selector = fs.FileSelector("", recursive=False)
+        return [info.path for info in self.pyarrow_fs(timeout).get_file_info(selector)]
+
+    def ensure_bucket(self) -> None:
+        """Create the bucket unless it exists (``OSError`` on failure)."""
+        from pyarrow import fs
+
+        filesystem = self.pyarrow_fs(timeout=10.0, create_buckets=True)
+        if filesystem.get_file_info(self.bucket).type == fs.FileType.NotFound:
+            filesystem.create_dir(self.bucket)
 
     def uri(self, key: str = "") -> str:
         """``s3://bucket/key`` for a key in this bucket."""
@@ -162,3 +186,42 @@ def s3_settings(state_dir: str | os.PathLike[str] | None = None) -> S3Settings:
         region=str(entry.get("region") or DEFAULT_REGION),
         bucket=str(entry.get("bucket") or DEFAULT_BUCKET),
     )
+
+
+_ENDPOINT_OPTIONS = ("endpoint_url", "endpoint", "aws_endpoint_url", "aws_endpoint_url_s3")
+_ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def output_storage_options(
+    path: str, given: Mapping[str, str] | None, state_dir: str | os.PathLike[str] | None = None
+) -> dict[str, str] | None:
+    """Storage options for an ``s3://`` output: ``given``, else the dev or named S3 store.
+
+    When nothing names an S3 endpoint (no ``endpoint_url`` option, no ``AWS_ENDPOINT_URL``)
+    and the output's bucket is the bucket of ``$INORDER_S3_ENDPOINT`` or of the S3 server
+    ``inorder dev up`` runs, that store's endpoint and credentials are used, as the Kafka
+    broker is found. Anything else (a local path, a named endpoint, another bucket: AWS
+    itself) is left as given.
+    """
+    options = dict(given or {})
+    if not path.startswith(("s3://", "s3a://")):
+        return options or None
+    named = any(k.lower() in _ENDPOINT_OPTIONS for k in options) or any(
+        os.environ.get(var) for var in _ENDPOINT_ENV
+    )
+    if named:
+        return options or None
+    try:
+        store = s3_settings(state_dir)
+    except ConfigError:
+        return options or None
+    bucket = path.split("://", 1)[1].split("/", 1)[0]
+    if bucket != store.bucket:
+        return options or None
+    found = {
+        "endpoint_url": store.endpoint_url,
+        "access_key_id": store.access_key_id,
+        "secret_access_key": store.secret_access_key,
+        "region": store.region,
+    }
+    return {**found, **options}

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inorder.dev import s3util
 from inorder.dev.endpoints import (
     DEFAULT_BUCKET,
     DEFAULT_REGION,
     SERVICES_FILE,
+    S3Settings,
     read_services_file,
 )
 from inorder.dev.processes import (
@@ -46,30 +46,11 @@ from inorder.dev.processes import (
     exit_code,
     free_port_with_partner,
     free_ports,
-    group_members,
-    port_in_use,
     process_alive,
-    process_start_time,
     spawn,
     stop_process,
     tcp_open,
 )
-
-__all__ = [
-    "HOST",
-    "DevServiceError",
-    "ServiceReport",
-    "down",
-    "free_ports",
-    "group_members",
-    "port_in_use",
-    "process_alive",
-    "process_start_time",
-    "status",
-    "stop_process",
-    "tcp_open",
-    "up",
-]
 
 SERVICES = ("kafka", "s3")
 DEFAULT_KAFKA_PORT = 9092
@@ -332,23 +313,26 @@ def _start_s3(
     ]  # fmt: skip
     pid, start_time = spawn(argv, log, state_dir, die_with_parent)
     endpoint = f"http://{HOST}:{port}"
-    creds = s3util.S3Credentials(endpoint, access_key_id, secret_access_key, region)
+    settings = S3Settings(endpoint, access_key_id, secret_access_key, region, bucket)
 
     def ready() -> bool:
         if not tcp_open(port):
             return False
         try:
-            s3util.list_buckets(creds, timeout=2.0)
-        except s3util.S3RequestError:
+            settings.list_buckets(timeout=2.0)
+        except OSError:
             return False
         return True
 
     try:
         _wait_until(ready, pid, start_time, S3_START_TIMEOUT, "S3 server (weed mini)", log)
-        s3util.create_bucket(creds, bucket)
-        if not s3util.bucket_exists(creds, bucket):
+        try:
+            settings.ensure_bucket()
+        except OSError as exc:
+            raise DevServiceError(f"cannot create S3 bucket {bucket!r}: {exc}") from None
+        if bucket not in settings.list_buckets():
             raise DevServiceError(f"S3 bucket {bucket!r} missing right after creating it")
-    except (DevServiceError, s3util.S3RequestError):
+    except (DevServiceError, OSError):
         stop_process(pid, start_time)
         raise
     return {
@@ -370,19 +354,20 @@ def _start_s3(
 
 def s3_health(entry: dict[str, Any], timeout: float = 5.0) -> str:
     """One-line S3 health: ListBuckets with the recorded credentials, bucket present."""
-    creds = s3util.S3Credentials(
+    settings = S3Settings(
         str(entry["endpoint_url"]),
         str(entry["access_key_id"]),
         str(entry["secret_access_key"]),
         str(entry.get("region") or DEFAULT_REGION),
+        str(entry.get("bucket") or DEFAULT_BUCKET),
     )
     try:
-        buckets = s3util.list_buckets(creds, timeout=timeout)
-    except s3util.S3RequestError as exc:
-        raise DevServiceError(str(exc)) from None
-    bucket = str(entry.get("bucket") or DEFAULT_BUCKET)
+        buckets = settings.list_buckets(timeout=timeout)
+    except OSError as exc:
+        raise DevServiceError(f"ListBuckets at {settings.endpoint_url} failed: {exc}") from None
+    bucket = settings.bucket
     if bucket not in buckets:
-        raise DevServiceError(f"S3 bucket {bucket!r} is missing at {creds.endpoint_url}")
+        raise DevServiceError(f"S3 bucket {bucket!r} is missing at {settings.endpoint_url}")
     return f"ListBuckets ok, bucket {bucket!r} present"
 
 

@@ -231,7 +231,11 @@ def _make_integrity(config: Config, processor: Any) -> Integrity | None:
 
 
 def _make_sink(spec: Mapping[str, Any]) -> Any:
-    storage = dict(spec["storage_options"]) or None
+    from inorder.dev.endpoints import output_storage_options
+
+    # An s3:// output in the bucket of `inorder dev up` (or $INORDER_S3_ENDPOINT) finds that
+    # store as the source finds the dev broker; anything else is used as given.
+    storage = output_storage_options(spec["path"], spec["storage_options"])
     if spec["type"] == "delta":
         from inorder.sinks.delta import DeltaSink
 

@@ -20,8 +20,9 @@ Option names are also accepted in their object_store spelling (``AWS_ENDPOINT_UR
 sinks.
 
 :func:`put_if_absent` writes a small object only if nothing exists at that name: ``link(2)``
-on local disk, ``PUT`` with ``If-None-Match: *`` on S3 (pyarrow's S3 filesystem cannot send
-conditional headers, so that one request is signed here with AWS Signature V4).
+on local disk, ``PUT`` with ``If-None-Match: *`` on S3. Small objects on S3 go through obstore
+(:mod:`inorder.sinks.s3_objects`), which does conditional writes with every AWS credential
+provider; data files and listings go through pyarrow's S3 filesystem.
 
 Secrets never appear in ``repr``, ``str`` or error messages.
 """
@@ -29,10 +30,6 @@ Secrets never appear in ``repr``, ``str`` or error messages.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
-import hashlib
-import hmac
-import http.client
 import os
 import urllib.parse
 import uuid
@@ -41,6 +38,7 @@ from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
+from inorder.sinks import s3_objects
 from inorder.sinks.base import SinkError
 
 _ALIASES: dict[str, str] = {
@@ -241,23 +239,22 @@ def put_if_absent(location: Location, path: str, data: bytes) -> None:
     Readers never see a partial object: locally the bytes are written to a temporary file,
     fsynced and hard-linked to the final name (``link`` fails if the name exists); on S3 a
     single ``PUT`` with ``If-None-Match: *`` either creates the whole object or fails with
-    412 Precondition Failed.
+    412 Precondition Failed. There is no weaker fallback: a store that ignores the condition
+    is refused when the sink is opened (:func:`check_conditional_writes`).
     """
     if location.s3 is None:
         _local_put_if_absent(path, data)
-    elif location.s3.access_key_id and location.s3.secret_access_key:
-        _s3_conditional_put(location.s3, path, data)
-    else:
-        # Without static credentials the request cannot be signed here: check, write, verify.
-        # Two writers racing inside the same instant could both succeed (documented limit).
-        fs = location.filesystem
-        if fs.get_file_info(path).type != pafs.FileType.NotFound:
-            raise AlreadyExists(path)
-        with fs.open_output_stream(path) as out:
-            out.write(data)
-        with fs.open_input_stream(path) as inp:
-            if inp.read() != data:
-                raise AlreadyExists(path)
+        return
+    try:
+        s3_objects.put_if_absent(location.s3, path, data)
+    except s3_objects.ObjectExists:
+        raise AlreadyExists(path) from None
+
+
+def check_conditional_writes(location: Location, path: str) -> None:
+    """On S3, refuse a store that does not honour create-only writes (no-op locally)."""
+    if location.s3 is not None:
+        s3_objects.check_conditional_writes(location.s3, path)
 
 
 def _local_put_if_absent(path: str, data: bytes) -> None:
@@ -294,73 +291,6 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def _sign(key: bytes, msg: str) -> bytes:
-    return hmac.new(key, msg.encode(), hashlib.sha256).digest()
-
-
-def _s3_conditional_put(settings: S3Settings, path: str, data: bytes) -> None:
-    assert settings.access_key_id and settings.secret_access_key
-    bucket, _, key = path.partition("/")
-    endpoint = settings.endpoint_url or f"https://s3.{settings.region}.amazonaws.com"
-    parsed = urllib.parse.urlsplit(endpoint)
-    host = parsed.netloc
-    base = parsed.path.rstrip("/")
-    canonical_uri = urllib.parse.quote(f"{base}/{bucket}/{key}", safe="/-_.~")
-    now = _dt.datetime.now(_dt.UTC)
-    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
-    datestamp = now.strftime("%Y%m%d")
-    payload_hash = hashlib.sha256(data).hexdigest()
-    headers = {
-        "host": host,
-        "if-none-match": "*",
-        "x-amz-content-sha256": payload_hash,
-        "x-amz-date": amz_date,
-    }
-    if settings.session_token:
-        headers["x-amz-security-token"] = settings.session_token
-    signed = ";".join(sorted(headers))
-    canonical_headers = "".join(f"{k}:{headers[k]}\n" for k in sorted(headers))
-    canonical_request = f"PUT\n{canonical_uri}\n\n{canonical_headers}\n{signed}\n{payload_hash}"
-    scope = f"{datestamp}/{settings.region}/s3/aws4_request"
-    to_sign = (
-        f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n"
-        + hashlib.sha256(canonical_request.encode()).hexdigest()
-    )
-    k = _sign(("AWS4" + settings.secret_access_key).encode(), datestamp)
-    k = _sign(_sign(_sign(k, settings.region), "s3"), "aws4_request")
-    signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
-    headers["authorization"] = (
-        f"AWS4-HMAC-SHA256 Credential={settings.access_key_id}/{scope}, "
-        f"SignedHeaders={signed}, Signature={signature}"
-    )
-    conn_cls = (
-        http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
-    )
-    conn = conn_cls(host, timeout=30)
-    try:
-        conn.request("PUT", canonical_uri, body=data, headers=headers)
-        response = conn.getresponse()
-        body = response.read()
-    except OSError as exc:
-        raise SinkError(f"S3 endpoint {endpoint} unreachable: {exc.strerror or exc}") from None
-    finally:
-        conn.close()
-    if response.status in (412, 409):
-        raise AlreadyExists(path)
-    if response.status >= 300:
-        code = _xml_tag(body, "Code") or str(response.status)
-        raise SinkError(f"S3 PUT s3://{path} failed: {code} (HTTP {response.status})")
-
-
-def _xml_tag(body: bytes, tag: str) -> str | None:
-    text = body.decode("utf-8", "replace")
-    start = text.find(f"<{tag}>")
-    end = text.find(f"</{tag}>")
-    if start < 0 or end < 0:
-        return None
-    return text[start + len(tag) + 2 : end]
-
-
 # -- small helpers shared by the sinks ---------------------------------------------------------
 
 
@@ -374,17 +304,15 @@ def read_bytes(location: Location, path: str) -> bytes:
 def read_bytes_if_exists(location: Location, path: str) -> bytes | None:
     """Whole content of a small object, or ``None`` when it does not exist.
 
-    S3 reports a missing key as an ``OSError`` whose text says so, not ``FileNotFoundError``.
+    On S3 only a missing key counts as absent: a missing bucket, denied access or an
+    unreachable endpoint is a :class:`SinkError` (never "no commits yet").
     """
+    if location.s3 is not None:
+        return s3_objects.get_if_exists(location.s3, path)
     try:
         return read_bytes(location, path)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        text = str(exc).lower()
-        if "not found" in text or "does not exist" in text:
-            return None
-        raise
 
 
 def write_bytes(location: Location, path: str, data: bytes) -> None:
@@ -400,8 +328,7 @@ def write_bytes(location: Location, path: str, data: bytes) -> None:
         os.replace(tmp, path)
         fsync_dir(directory)
         return
-    with location.filesystem.open_output_stream(path) as out:
-        out.write(data)
+    s3_objects.put(location.s3, path, data)
 
 
 def exists(location: Location, path: str) -> bool:
@@ -420,25 +347,18 @@ def list_files(location: Location, directory: str, recursive: bool = False) -> l
 
 
 def delete_quietly(location: Location, path: str) -> None:
-    """Delete a file if it exists."""
-    try:
+    """Delete a file if it exists (on S3 a missing key is fine, a missing bucket is not)."""
+    if location.s3 is not None:
+        s3_objects.delete_if_exists(location.s3, path)
+        return
+    with contextlib.suppress(FileNotFoundError):
         location.filesystem.delete_file(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        if "not found" not in str(exc).lower() and "does not exist" not in str(exc).lower():
-            raise
 
 
 def delete_dir_quietly(location: Location, directory: str) -> None:
-    """Delete a directory tree if it exists."""
-    try:
+    """Delete a directory tree if it exists (a missing bucket is an error, not "absent")."""
+    with contextlib.suppress(FileNotFoundError):
         location.filesystem.delete_dir(directory)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        if "not found" not in str(exc).lower() and "does not exist" not in str(exc).lower():
-            raise
 
 
 def move(location: Location, src: str, dst: str) -> None:
@@ -459,6 +379,7 @@ __all__ = [
     "AlreadyExists",
     "Location",
     "S3Settings",
+    "check_conditional_writes",
     "delete_dir_quietly",
     "delete_quietly",
     "describe_error",

@@ -639,38 +639,26 @@ class ParquetSink(Sink):
 
 
 def check_writable(location: sfs.Location) -> None:
-    """Probe the location with a create-if-absent write and a delete; :class:`SinkError` if not."""
+    """Probe the location with create-only writes and a delete; :class:`SinkError` if unusable.
+
+    On S3 the probe is written twice and the second write must be refused: a store that
+    ignores ``If-None-Match: *`` cannot commit exactly once, so it is refused here.
+    """
     secrets = (location.s3.secret_access_key, location.s3.session_token) if location.s3 else ()
-    fs = location.filesystem
+    probe = location.join(META_DIR, f"probe-{uuid.uuid4().hex}")
     try:
         if location.is_s3:
-            info = fs.get_file_info(location.bucket)
-            if info.type == pafs.FileType.NotFound:
-                raise SinkError(f"{location.uri}: bucket {location.bucket!r} does not exist")
+            sfs.check_conditional_writes(location, probe)
         else:
-            fs.create_dir(location.join(COMMITS_DIR), recursive=True)
-        probe = location.join(META_DIR, f"probe-{uuid.uuid4().hex}")
-        sfs.put_if_absent(location, probe, b"probe")
-        sfs.delete_quietly(location, probe)
-    except SinkError as exc:
-        raise SinkError(sfs.describe_error(exc, secrets)) from None
+            location.filesystem.create_dir(location.join(COMMITS_DIR), recursive=True)
+            sfs.put_if_absent(location, probe, b"probe")
+            sfs.delete_quietly(location, probe)
     except PermissionError as exc:
         raise SinkError(f"{location.uri} is not writable: {exc.strerror}") from None
-    except OSError as exc:
+    except (SinkError, OSError) as exc:
         raise SinkError(
-            f"{location.uri} is not usable: {_s3_reason(sfs.describe_error(exc, secrets))}"
+            f"{location.uri} is not usable: {sfs.describe_error(exc, secrets)}"
         ) from None
-
-
-def _s3_reason(message: str) -> str:
-    lowered = message.lower()
-    if "access_denied" in lowered or "accessdenied" in lowered or "invalidaccesskeyid" in lowered:
-        return "access denied (check the access key id and secret access key)"
-    if "signaturedoesnotmatch" in lowered or "signature" in lowered:
-        return "request signature rejected (check the secret access key)"
-    if "nosuchbucket" in lowered:
-        return "bucket does not exist"
-    return message
 
 
 # -- readers -----------------------------------------------------------------------------------
