@@ -122,7 +122,6 @@ MAX_LINES = 500
 # gets shorter.
 OVERSIZE: dict[str, int] = {
     "inorder.schema": 996,
-    "inorder.sinks.parquet": 808,
     "inorder.engine.apply": 795,
     "inorder.dev.simulator": 580,
     "inorder.dev.sim_model": 565,

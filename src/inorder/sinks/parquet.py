@@ -43,18 +43,12 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from inorder.sinks import fs as sfs
 from inorder.sinks.base import BatchWriter, Sink, SinkError, WrittenFile
@@ -143,224 +137,18 @@ __all__ = [
     "read_manifest",
 ]
 
-COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
-#: Arrow bytes buffered per output partition before a row group is written: large row
-#: groups compress better; the cap keeps memory bounded when a task has many partitions.
-ROW_GROUP_BUFFER_BYTES = 64 * 1024 * 1024
-TOTAL_BUFFER_BYTES = 256 * 1024 * 1024
-
-
-# -- executor side -----------------------------------------------------------------------------
-
-
-@dataclass
-class _Open:
-    """One output partition being written by a task."""
-
-    values: dict[str, str | None]
-    directory: str
-    buffered: list[pa.Table] = field(default_factory=list)
-    buffered_bytes: int = 0
-    writer: pq.ParquetWriter | None = None
-    stream: Any = None
-    path: str = ""
-    rows: int = 0
-    stats: dict[str, list[Any]] = field(default_factory=dict)
-    """Per column: [min, max, null_count] of the open file (Delta statistics)."""
-
-
-class ParquetBatchWriter(BatchWriter):
-    """Writes one task's rows of a batch as Parquet files, one open file per partition.
-
-    Rows of a partition go to one file until it reaches ``target_file_size``, then to the
-    next: as few files per output partition as sizes allow. Partition columns are not stored
-    in the files (hive style: their values are in the directory names). File names are
-    ``<file_stem>-<n:05d><suffix>`` under ``prefix``.
-    """
-
-    def __init__(
-        self,
-        location: sfs.Location,
-        schema: pa.Schema,
-        partition_by: Sequence[str],
-        compression: str,
-        target_file_size: int,
-        prefix: str,
-        file_stem: str = "part",
-        collect_stats: bool = False,
-        suffix: str = ".parquet",
-    ):
-        self._location = location
-        self._partition_by = list(partition_by)
-        self._compression = compression
-        self._target = target_file_size
-        self._file_schema = pa.schema(
-            [f for f in schema if f.name not in set(partition_by)], metadata=schema.metadata
-        )
-        self._prefix = prefix
-        self._stem = file_stem
-        self._suffix = suffix
-        self._collect_stats = collect_stats
-        self._open: dict[tuple[str | None, ...], _Open] = {}
-        self._written: list[WrittenFile] = []
-        self._total_buffered = 0
-        self._counter = 0
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        """Buffer rows; full row groups are written, full files are closed."""
-        if batch.num_rows == 0:
-            return
-        table = pa.Table.from_batches([batch])
-        for key, values, part in _split(table, self._partition_by):
-            state = self._open.get(key)
-            if state is None:
-                state = _Open(values, partition_dir(self._partition_by, values))
-                self._open[key] = state
-            data = part.drop_columns(self._partition_by) if self._partition_by else part
-            state.buffered.append(data)
-            state.buffered_bytes += data.nbytes
-            self._total_buffered += data.nbytes
-            if state.buffered_bytes >= min(ROW_GROUP_BUFFER_BYTES, self._target):
-                self._flush(state)
-        if self._total_buffered > TOTAL_BUFFER_BYTES:
-            for state in sorted(self._open.values(), key=lambda s: -s.buffered_bytes):
-                self._flush(state)
-                if self._total_buffered <= TOTAL_BUFFER_BYTES // 2:
-                    break
-
-    def _flush(self, state: _Open) -> None:
-        if not state.buffered:
-            return
-        data = pa.concat_tables(state.buffered).cast(self._file_schema)
-        self._total_buffered -= state.buffered_bytes
-        state.buffered, state.buffered_bytes = [], 0
-        if state.writer is None:
-            self._start_file(state)
-        assert state.writer is not None
-        state.writer.write_table(data, row_group_size=max(data.num_rows, 1))
-        state.rows += data.num_rows
-        if self._collect_stats:
-            state.stats = _merge_stats(state.stats, data)
-        if state.stream.tell() >= self._target:
-            self._finish_file(state)
-
-    def _start_file(self, state: _Open) -> None:
-        name = f"{self._stem}-{self._counter:05d}{self._suffix}"
-        rel = "/".join(p for p in (self._prefix, state.directory, name) if p)
-        self._counter += 1
-        full = self._location.join(rel)
-        if not self._location.is_s3:
-            self._location.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
-        state.stream = self._location.filesystem.open_output_stream(full)
-        state.writer = pq.ParquetWriter(
-            state.stream, self._file_schema, compression=self._compression
-        )
-        state.path = rel
-        state.rows = 0
-
-    def _finish_file(self, state: _Open) -> None:
-        if state.writer is None:
-            return
-        state.writer.close()
-        size = int(state.stream.tell())
-        state.stream.close()
-        self._written.append(
-            WrittenFile(
-                path=state.path,
-                rows=state.rows,
-                size_bytes=size,
-                partition_values=state.values,
-                stats=_stats_json(state.rows, state.stats) if self._collect_stats else None,
-            )
-        )
-        state.writer, state.stream, state.path, state.rows = None, None, "", 0
-        state.stats = {}
-
-    def close(self) -> list[WrittenFile]:
-        """Flush all partitions and return the staged files."""
-        for state in self._open.values():
-            self._flush(state)
-            self._finish_file(state)
-        self._open.clear()
-        return list(self._written)
-
-    def abort(self) -> None:
-        """Close open files and delete everything this writer wrote."""
-        paths = [f.path for f in self._written]
-        for state in self._open.values():
-            if state.path:
-                paths.append(state.path)
-            try:
-                if state.writer is not None:
-                    state.writer.close()
-                if state.stream is not None:
-                    state.stream.close()
-            except Exception:  # deleted below anyway
-                pass
-        self._open.clear()
-        self._written.clear()
-        for rel in paths:
-            sfs.delete_quietly(self._location, self._location.join(rel))
-
-
-_STATS_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_date)
-
-
-def _merge_stats(stats: dict[str, list[Any]], data: pa.Table) -> dict[str, list[Any]]:
-    """Fold min/max/null count of ``data`` into ``stats`` (numbers and dates only)."""
-    for name in data.column_names:
-        col = data.column(name)
-        entry = stats.setdefault(name, [None, None, 0])
-        entry[2] += col.null_count
-        if not any(check(col.type) for check in _STATS_TYPES) or col.null_count == len(col):
-            continue
-        mm = pc.min_max(col)
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        if isinstance(lo, float) and (lo != lo or hi != hi):  # NaN: no usable bounds
-            continue
-        entry[0] = lo if entry[0] is None else min(entry[0], lo)
-        entry[1] = hi if entry[1] is None else max(entry[1], hi)
-    return stats
-
-
-def _stats_json(rows: int, stats: Mapping[str, list[Any]]) -> str:
-    """Delta ``add.stats``: numRecords, minValues, maxValues, nullCount."""
-    mins = {k: _json_value(v[0]) for k, v in stats.items() if v[0] is not None}
-    maxs = {k: _json_value(v[1]) for k, v in stats.items() if v[1] is not None}
-    nulls = {k: int(v[2]) for k, v in stats.items()}
-    return json.dumps(
-        {"numRecords": rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
-    )
-
-
-def _json_value(value: Any) -> Any:
-    return value.isoformat() if hasattr(value, "isoformat") else value
-
-
-def _safe_key(task_key: str) -> str:
-    return urllib.parse.quote(task_key, safe="-_.") or "task"
-
-
-def _split(
-    table: pa.Table, partition_by: Sequence[str]
-) -> Iterator[tuple[tuple[str | None, ...], dict[str, str | None], pa.Table]]:
-    """Rows of ``table`` grouped by partition values (row order kept within a group)."""
-    if not partition_by:
-        yield (), {}, table
-        return
-    keys = table.select(list(partition_by))
-    indexed = keys.append_column("__row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
-    groups = indexed.group_by(list(partition_by), use_threads=False).aggregate([("__row", "list")])
-    value_lists = [pc.cast(groups.column(col), pa.string()).to_pylist() for col in partition_by]
-    rows_lists = groups.column("__row_list")
-    for i in range(groups.num_rows):
-        values = {col: value_lists[j][i] for j, col in enumerate(partition_by)}
-        key = tuple(values[c] for c in partition_by)
-        if groups.num_rows == 1:
-            yield key, values, table
-        else:
-            yield key, values, table.take(rows_lists[i].values)
-
+from inorder.sinks.parquet_read import (
+    committed_files,
+    read_batch_range,
+    read_committed,
+)
+from inorder.sinks.parquet_writer import (
+    COMPRESSIONS,
+    ROW_GROUP_BUFFER_BYTES,
+    TOTAL_BUFFER_BYTES,
+    ParquetBatchWriter,
+    safe_key,
+)
 
 # -- the sink ----------------------------------------------------------------------------------
 
@@ -500,7 +288,7 @@ class ParquetSink(Sink):
             self.partition_by,
             self.compression,
             self.target_file_size,
-            prefix=f"{STAGING_DIR}/{batch_id}/{_safe_key(task_key)}",
+            prefix=f"{STAGING_DIR}/{batch_id}/{safe_key(task_key)}",
             suffix=STAGED_SUFFIX,
         )
 
@@ -659,138 +447,3 @@ def check_writable(location: sfs.Location) -> None:
         raise SinkError(
             f"{location.uri} is not usable: {sfs.describe_error(exc, secrets)}"
         ) from None
-
-
-# -- readers -----------------------------------------------------------------------------------
-
-
-def committed_files(path: str, storage_options: Mapping[str, str] | None = None) -> list[LiveFile]:
-    """The published files of committed batches (after compactions), in commit order."""
-    location = sfs.resolve(path, storage_options)
-    return list(load_state(location).files.values())
-
-
-def read_committed(
-    path: str, storage_options: Mapping[str, str] | None = None, retries: int = 5
-) -> pa.Table:
-    """Read exactly the committed data: a consistent snapshot, even during compaction.
-
-    Reads the files named by done manifests, never by listing data directories, so staged,
-    half-published or compacted-away files are never included. If compaction deleted a file
-    between listing and reading (grace period shorter than the read), the read restarts.
-    """
-    location = sfs.resolve(path, storage_options)
-    state = load_state(location)
-    for attempt in range(retries + 1):
-        try:
-            return _read_files(location, state)
-        except OSError:
-            # A file vanished under us only if the committed file set changed meanwhile.
-            fresh = load_state(location)
-            if attempt == retries or set(fresh.files) == set(state.files):
-                raise
-            state = fresh
-    raise AssertionError("unreachable")
-
-
-def read_batch_range(
-    location: sfs.Location, first: int, last: int, columns: Sequence[str] | None = None
-) -> pa.Table:
-    """Committed rows of a dataset with ``first <= batch_id <= last`` (see ``read_batches``).
-
-    A short range is read from its batches' manifests alone (no listing of the whole commit
-    log, which grows with every batch); if compaction replaced one of their files, from the
-    dataset's full state.
-    """
-    if last - first < 16:
-        table = _read_from_manifests(location, first, last)
-        if table is not None:
-            return _select_batches(table, first, last, columns)
-    state = load_state(location)
-    wanted = {}
-    for path, live in state.files.items():
-        bid = file_batch_id(path)
-        if bid is None or first <= bid <= last:
-            wanted[path] = live
-    selected = DatasetState(
-        wanted, state.batches, state.compactions, state.schema, state.partition_by, []
-    )
-    return _select_batches(_read_files(location, selected), first, last, columns)
-
-
-def _select_batches(
-    table: pa.Table, first: int, last: int, columns: Sequence[str] | None
-) -> pa.Table:
-    if table.num_columns == 0:
-        return table
-    batch_ids = table.column("batch_id")
-    table = table.filter(
-        pc.and_(pc.greater_equal(batch_ids, first), pc.less_equal(batch_ids, last))
-    )
-    return table.select(list(columns)) if columns is not None else table
-
-
-def _read_from_manifests(location: sfs.Location, first: int, last: int) -> pa.Table | None:
-    """Rows of batches ``first..last`` from their done manifests; ``None`` if that is not
-    enough (a manifest not done or deleted after a checkpoint, no schema recorded, or a
-    file compacted away)."""
-    files: dict[str, LiveFile] = {}
-    schema: pa.Schema | None = None
-    partition_by: list[str] = []
-    for bid in range(max(first, 0), last + 1):
-        rel = f"{COMMITS_DIR}/{manifest_name(bid)}"
-        if not sfs.exists(location, location.join(rel.removesuffix(".json") + ".done")):
-            if sfs.exists(location, location.join(rel)):
-                return None  # committed but not published yet: the full path finishes it
-            # No such batch, or its manifest was deleted after a commit checkpoint.
-            newest = list_commits(location).newest_checkpoint
-            if newest is not None and bid <= newest:
-                return None
-            continue
-        try:
-            manifest = read_manifest(location, rel)
-        except OSError as exc:
-            if is_not_found(exc):
-                return None  # deleted after a commit checkpoint meanwhile
-            raise
-        if not manifest.get("schema"):
-            return None
-        schema = decode_schema(manifest["schema"])
-        partition_by = list(manifest.get("partition_by", []))
-        for entry in manifest["files"]:
-            files[entry["final"]] = live_file(entry)
-    if schema is None:
-        return None
-    state = DatasetState(files, [], [], schema, partition_by, [])
-    try:
-        return _read_files(location, state)
-    except OSError:
-        return None  # a file was compacted away: read from the full state
-
-
-def _read_files(location: sfs.Location, state: DatasetState) -> pa.Table:
-    paths = [location.join(f.path) for f in state.files.values()]
-    schema = state.schema
-    partition_by = state.partition_by
-    if schema is not None:
-        part_schema = pa.schema([schema.field(c) for c in partition_by])
-    else:
-        part_schema = pa.schema([pa.field(c, pa.string()) for c in partition_by])
-    if not paths:
-        if schema is not None:
-            return schema.empty_table()
-        return pa.table({})
-    dataset = ds.dataset(
-        paths,
-        # The newest schema: files written before a compatible evolution (columns added as
-        # nullable) read the new columns as null instead of deciding the schema themselves.
-        schema=schema,
-        filesystem=location.filesystem,
-        format="parquet",
-        partitioning=ds.partitioning(part_schema, flavor="hive") if partition_by else None,
-        partition_base_dir=location.root,
-    )
-    table = dataset.to_table()
-    if schema is not None:
-        table = table.select(schema.names).cast(schema)
-    return table

@@ -1,0 +1,244 @@
+"""The executor side of the Parquet sink: a task's rows of a batch as staged Parquet files.
+
+One open file per output partition, rolled at the target size; each file is reported as a
+:class:`~inorder.sinks.base.WrittenFile` with Delta-style column statistics. Nothing here
+is visible to readers until the driver commits the batch (:mod:`inorder.sinks.parquet`).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from inorder.sinks import fs as sfs
+from inorder.sinks.base import BatchWriter, WrittenFile
+from inorder.sinks.commit_log import (
+    partition_dir,
+)
+
+COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
+#: Arrow bytes buffered per output partition before a row group is written: large row
+#: groups compress better; the cap keeps memory bounded when a task has many partitions.
+ROW_GROUP_BUFFER_BYTES = 64 * 1024 * 1024
+TOTAL_BUFFER_BYTES = 256 * 1024 * 1024
+
+
+# -- executor side -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Open:
+    """One output partition being written by a task."""
+
+    values: dict[str, str | None]
+    directory: str
+    buffered: list[pa.Table] = field(default_factory=list)
+    buffered_bytes: int = 0
+    writer: pq.ParquetWriter | None = None
+    stream: Any = None
+    path: str = ""
+    rows: int = 0
+    stats: dict[str, list[Any]] = field(default_factory=dict)
+    """Per column: [min, max, null_count] of the open file (Delta statistics)."""
+
+
+class ParquetBatchWriter(BatchWriter):
+    """Writes one task's rows of a batch as Parquet files, one open file per partition.
+
+    Rows of a partition go to one file until it reaches ``target_file_size``, then to the
+    next: as few files per output partition as sizes allow. Partition columns are not stored
+    in the files (hive style: their values are in the directory names). File names are
+    ``<file_stem>-<n:05d><suffix>`` under ``prefix``.
+    """
+
+    def __init__(
+        self,
+        location: sfs.Location,
+        schema: pa.Schema,
+        partition_by: Sequence[str],
+        compression: str,
+        target_file_size: int,
+        prefix: str,
+        file_stem: str = "part",
+        collect_stats: bool = False,
+        suffix: str = ".parquet",
+    ):
+        self._location = location
+        self._partition_by = list(partition_by)
+        self._compression = compression
+        self._target = target_file_size
+        self._file_schema = pa.schema(
+            [f for f in schema if f.name not in set(partition_by)], metadata=schema.metadata
+        )
+        self._prefix = prefix
+        self._stem = file_stem
+        self._suffix = suffix
+        self._collect_stats = collect_stats
+        self._open: dict[tuple[str | None, ...], _Open] = {}
+        self._written: list[WrittenFile] = []
+        self._total_buffered = 0
+        self._counter = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Buffer rows; full row groups are written, full files are closed."""
+        if batch.num_rows == 0:
+            return
+        table = pa.Table.from_batches([batch])
+        for key, values, part in _split(table, self._partition_by):
+            state = self._open.get(key)
+            if state is None:
+                state = _Open(values, partition_dir(self._partition_by, values))
+                self._open[key] = state
+            data = part.drop_columns(self._partition_by) if self._partition_by else part
+            state.buffered.append(data)
+            state.buffered_bytes += data.nbytes
+            self._total_buffered += data.nbytes
+            if state.buffered_bytes >= min(ROW_GROUP_BUFFER_BYTES, self._target):
+                self._flush(state)
+        if self._total_buffered > TOTAL_BUFFER_BYTES:
+            for state in sorted(self._open.values(), key=lambda s: -s.buffered_bytes):
+                self._flush(state)
+                if self._total_buffered <= TOTAL_BUFFER_BYTES // 2:
+                    break
+
+    def _flush(self, state: _Open) -> None:
+        if not state.buffered:
+            return
+        data = pa.concat_tables(state.buffered).cast(self._file_schema)
+        self._total_buffered -= state.buffered_bytes
+        state.buffered, state.buffered_bytes = [], 0
+        if state.writer is None:
+            self._start_file(state)
+        assert state.writer is not None
+        state.writer.write_table(data, row_group_size=max(data.num_rows, 1))
+        state.rows += data.num_rows
+        if self._collect_stats:
+            state.stats = _merge_stats(state.stats, data)
+        if state.stream.tell() >= self._target:
+            self._finish_file(state)
+
+    def _start_file(self, state: _Open) -> None:
+        name = f"{self._stem}-{self._counter:05d}{self._suffix}"
+        rel = "/".join(p for p in (self._prefix, state.directory, name) if p)
+        self._counter += 1
+        full = self._location.join(rel)
+        if not self._location.is_s3:
+            self._location.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
+        state.stream = self._location.filesystem.open_output_stream(full)
+        state.writer = pq.ParquetWriter(
+            state.stream, self._file_schema, compression=self._compression
+        )
+        state.path = rel
+        state.rows = 0
+
+    def _finish_file(self, state: _Open) -> None:
+        if state.writer is None:
+            return
+        state.writer.close()
+        size = int(state.stream.tell())
+        state.stream.close()
+        self._written.append(
+            WrittenFile(
+                path=state.path,
+                rows=state.rows,
+                size_bytes=size,
+                partition_values=state.values,
+                stats=_stats_json(state.rows, state.stats) if self._collect_stats else None,
+            )
+        )
+        state.writer, state.stream, state.path, state.rows = None, None, "", 0
+        state.stats = {}
+
+    def close(self) -> list[WrittenFile]:
+        """Flush all partitions and return the staged files."""
+        for state in self._open.values():
+            self._flush(state)
+            self._finish_file(state)
+        self._open.clear()
+        return list(self._written)
+
+    def abort(self) -> None:
+        """Close open files and delete everything this writer wrote."""
+        paths = [f.path for f in self._written]
+        for state in self._open.values():
+            if state.path:
+                paths.append(state.path)
+            try:
+                if state.writer is not None:
+                    state.writer.close()
+                if state.stream is not None:
+                    state.stream.close()
+            except Exception:  # deleted below anyway
+                pass
+        self._open.clear()
+        self._written.clear()
+        for rel in paths:
+            sfs.delete_quietly(self._location, self._location.join(rel))
+
+
+_STATS_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_date)
+
+
+def _merge_stats(stats: dict[str, list[Any]], data: pa.Table) -> dict[str, list[Any]]:
+    """Fold min/max/null count of ``data`` into ``stats`` (numbers and dates only)."""
+    for name in data.column_names:
+        col = data.column(name)
+        entry = stats.setdefault(name, [None, None, 0])
+        entry[2] += col.null_count
+        if not any(check(col.type) for check in _STATS_TYPES) or col.null_count == len(col):
+            continue
+        mm = pc.min_max(col)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if isinstance(lo, float) and (lo != lo or hi != hi):  # NaN: no usable bounds
+            continue
+        entry[0] = lo if entry[0] is None else min(entry[0], lo)
+        entry[1] = hi if entry[1] is None else max(entry[1], hi)
+    return stats
+
+
+def _stats_json(rows: int, stats: Mapping[str, list[Any]]) -> str:
+    """Delta ``add.stats``: numRecords, minValues, maxValues, nullCount."""
+    mins = {k: _json_value(v[0]) for k, v in stats.items() if v[0] is not None}
+    maxs = {k: _json_value(v[1]) for k, v in stats.items() if v[1] is not None}
+    nulls = {k: int(v[2]) for k, v in stats.items()}
+    return json.dumps(
+        {"numRecords": rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+    )
+
+
+def _json_value(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+def safe_key(task_key: str) -> str:
+    """A task key as one path segment (percent-encoded; never empty)."""
+    return urllib.parse.quote(task_key, safe="-_.") or "task"
+
+
+def _split(
+    table: pa.Table, partition_by: Sequence[str]
+) -> Iterator[tuple[tuple[str | None, ...], dict[str, str | None], pa.Table]]:
+    """Rows of ``table`` grouped by partition values (row order kept within a group)."""
+    if not partition_by:
+        yield (), {}, table
+        return
+    keys = table.select(list(partition_by))
+    indexed = keys.append_column("__row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    groups = indexed.group_by(list(partition_by), use_threads=False).aggregate([("__row", "list")])
+    value_lists = [pc.cast(groups.column(col), pa.string()).to_pylist() for col in partition_by]
+    rows_lists = groups.column("__row_list")
+    for i in range(groups.num_rows):
+        values = {col: value_lists[j][i] for j, col in enumerate(partition_by)}
+        key = tuple(values[c] for c in partition_by)
+        if groups.num_rows == 1:
+            yield key, values, table
+        else:
+            yield key, values, table.take(rows_lists[i].values)
