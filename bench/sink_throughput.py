@@ -116,7 +116,7 @@ def bench(
                 wd_target = f"{base}/wd"
                 options = None
             else:
-                from inorder.sinks.fs import S3Settings
+                from inorder.storage.fs import S3Settings
 
                 base = f"s3://{s3['bucket']}/bench/{run_id}"
                 options = {k: v for k, v in s3.items() if k != "bucket"}

@@ -21,3 +21,18 @@ class DataLossError(InorderError):
 
 class IntegrityError(InorderError):
     """A record broke an integrity rule under the ``fail`` policy."""
+
+
+class SinkError(InorderError):
+    """A sink cannot be used (unwritable path, bad credentials, missing bucket...).
+
+    The message is one line, names the location and never contains credentials.
+    """
+
+
+class StorageError(SinkError):
+    """A storage location (local or S3) cannot be read or written.
+
+    A :class:`SinkError` too, since the sinks are storage's first user: code that catches
+    ``SinkError`` around a sink keeps catching storage failures.
+    """

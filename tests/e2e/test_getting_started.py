@@ -47,7 +47,7 @@ import os
 
 _target = os.environ.get("INORDER_E2E_FAIL_CREATE")
 if _target:
-    from inorder.sinks import fs as _fs
+    from inorder.storage import fs as _fs
 
     _real = _fs.put_if_absent
 

@@ -15,10 +15,10 @@ from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate
 from inorder.pipeline.config import build_pipeline
 from inorder.pipeline.config import validate as validate_config
-from inorder.sinks import fs as sfs
 from inorder.sinks.parquet import read_committed
 from inorder.state import checkpoint as ck
 from inorder.state.checkpoint import CheckpointStore
+from inorder.storage import fs as sfs
 
 
 def batch_files(store: CheckpointStore) -> list[str]:

@@ -22,11 +22,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from inorder.sinks import fs as sfs
 from inorder.sinks import parquet as sp
 from inorder.sinks.base import SinkError, WrittenFile
 from inorder.sinks.compaction import compact_parquet
 from inorder.sinks.parquet import ParquetSink, read_committed
+from inorder.storage import fs as sfs
 
 SCRIPT = Path(__file__).parent / "scripts" / "checkpoint_crash_writer.py"
 SCHEMA = pa.schema([("topic", pa.string()), ("batch_id", pa.int64()), ("id", pa.int64())])

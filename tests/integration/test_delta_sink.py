@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from inorder.sinks import fs as sfs
 from inorder.sinks.base import SinkError, WrittenFile
 from inorder.sinks.compaction import compact_delta
 from inorder.sinks.delta import DeltaSink
+from inorder.storage import fs as sfs
 
 SCHEMA = pa.schema(
     [

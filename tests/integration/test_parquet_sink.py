@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from inorder import cli
-from inorder.sinks import fs as sfs
 from inorder.sinks.base import SinkError, WrittenFile
 from inorder.sinks.compaction import compact_parquet
 from inorder.sinks.parquet import ParquetSink, committed_files, read_committed
+from inorder.storage import fs as sfs
 
 SCHEMA = pa.schema(
     [

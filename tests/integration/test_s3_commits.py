@@ -26,10 +26,10 @@ import pytest
 from tests.fixtures.services import S3Service
 
 from inorder.dev import processes
-from inorder.sinks import fs as sfs
-from inorder.sinks import s3_objects
 from inorder.sinks.base import SinkError
 from inorder.sinks.parquet import check_writable
+from inorder.storage import fs as sfs
+from inorder.storage import s3_objects
 
 TOKEN = "pod-identity-token"
 

@@ -23,7 +23,7 @@ from tests.fixtures.services import KafkaService, S3Service
 from inorder import cli
 from inorder.dev import endpoints, processes, services
 from inorder.errors import ConfigError
-from inorder.sinks import s3_objects
+from inorder.storage import s3_objects
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

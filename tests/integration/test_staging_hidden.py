@@ -24,7 +24,6 @@ import pytest
 
 from inorder.records import TopicPartition
 from inorder.sessions.rebuild import read_changes
-from inorder.sinks import fs as sfs
 from inorder.sinks.base import WrittenFile
 from inorder.sinks.compaction import compact_parquet
 from inorder.sinks.parquet import (
@@ -34,6 +33,7 @@ from inorder.sinks.parquet import (
     manifest_name,
     read_committed,
 )
+from inorder.storage import fs as sfs
 
 SCHEMA = pa.schema(
     [
@@ -190,7 +190,7 @@ def _crash_at_commit_point(code: str) -> None:
     script = textwrap.dedent(
         """
         import os
-        from inorder.sinks import fs as sfs
+        from inorder.storage import fs as sfs
 
         def die(*args, **kwargs):
             os._exit(9)

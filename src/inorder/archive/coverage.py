@@ -23,8 +23,8 @@ from inorder.archive.layout import ArchivedRange, read_index
 from inorder.errors import InorderError
 from inorder.kafka.consumer import SOURCE_ARROW_SCHEMA
 from inorder.records import TopicPartition
-from inorder.sinks import fs as sfs
 from inorder.sinks.parquet import file_batch_id, load_state
+from inorder.storage import fs as sfs
 
 
 class ArchiveError(InorderError):

@@ -202,7 +202,7 @@ def _engine_entry(
 
 def is_new_checkpoint(checkpoint: str) -> bool:
     """Whether no micro-batch has been planned in ``checkpoint`` (Spark's offsets log empty)."""
-    from inorder.sinks import fs as sfs
+    from inorder.storage import fs as sfs
 
     location = sfs.resolve(checkpoint)
     offsets = sfs.list_files(location, location.join("spark", "offsets"))

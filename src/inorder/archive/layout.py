@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from inorder.sinks import fs as sfs
+from inorder.storage import fs as sfs
 
 #: Directory of the offset index, next to the sink's ``_inorder`` log.
 INDEX_DIR = "_archive/ranges"

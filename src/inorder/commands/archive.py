@@ -142,7 +142,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from inorder.archive.coverage import load_coverage
-    from inorder.sinks import fs as sfs
+    from inorder.storage import fs as sfs
 
     location = sfs.resolve(args.path)
     if not sfs.list_files(location, location.join("_inorder", "commits")):

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from inorder.errors import ConfigError
-from inorder.sinks import fs as sfs
 from inorder.sinks.base import SinkError
+from inorder.storage import fs as sfs
 
 EXAMPLES = """examples:
   inorder compact /data/stats                            Parquet dataset on local disk

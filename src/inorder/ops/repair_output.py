@@ -32,8 +32,8 @@ import pyarrow.parquet as pq
 
 from inorder.errors import InorderError
 from inorder.records import TopicPartition
-from inorder.sinks import fs as sfs
 from inorder.sinks.base import Sink
+from inorder.storage import fs as sfs
 
 
 @dataclass

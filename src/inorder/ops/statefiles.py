@@ -142,7 +142,7 @@ def load_partition_state(
 
 def state_partitions(store: CheckpointStore) -> list[TopicPartition]:
     """Topic-partitions with state files in the checkpoint."""
-    from inorder.sinks.fs import list_files
+    from inorder.storage.fs import list_files
 
     root = store.path("state").rstrip("/")
     found: set[TopicPartition] = set()

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from inorder.errors import ConfigError, InorderError
-from inorder.sinks import fs as sfs
+from inorder.storage import fs as sfs
 
 #: The checkpoint's info file (its id, the pipeline identity, what ``inorder repair`` adds).
 CHECKPOINT_FILE = "inorder-checkpoint.json"

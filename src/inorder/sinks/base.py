@@ -17,14 +17,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from inorder.errors import InorderError
-
-
-class SinkError(InorderError):
-    """A sink cannot be used (unwritable path, bad credentials, missing bucket...).
-
-    The message is one line, names the location and never contains credentials.
-    """
+from inorder.errors import SinkError as SinkError
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,6 @@ import json
 import time
 from typing import Any
 
-from inorder.sinks import fs as sfs
 from inorder.sinks.commit_log import (
     COMMITS_DIR,
     COMPACTIONS_DIR,
@@ -47,6 +46,7 @@ from inorder.sinks.commit_log import (
     read_checkpoint,
     read_manifest,
 )
+from inorder.storage import fs as sfs
 
 
 def write_checkpoint(

@@ -22,8 +22,8 @@ from typing import Any, overload
 
 import pyarrow as pa
 
-from inorder.sinks import fs as sfs
 from inorder.sinks.base import SinkError
+from inorder.storage import fs as sfs
 
 META_DIR = "_inorder"
 STAGING_DIR = f"{META_DIR}/staging"

@@ -37,7 +37,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from inorder.sinks import fs as sfs
 from inorder.sinks.base import SinkError
 from inorder.sinks.commit_log import (
     COMPACTIONS_DIR,
@@ -53,6 +52,7 @@ from inorder.sinks.commit_log import (
     partition_dir,
     read_manifest,
 )
+from inorder.storage import fs as sfs
 
 DEFAULT_GRACE_SECONDS = 3600.0
 DEFAULT_DELTA_RETENTION_HOURS = 168  # 7 days, as Delta's own default

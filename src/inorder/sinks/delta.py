@@ -30,7 +30,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from inorder.sinks import fs as sfs
 from inorder.sinks.base import BatchWriter, Sink, SinkError, WrittenFile
 from inorder.sinks.parquet import (
     COMPRESSIONS,
@@ -38,6 +37,7 @@ from inorder.sinks.parquet import (
     ParquetBatchWriter,
     check_writable,
 )
+from inorder.storage import fs as sfs
 
 DEFAULT_APP_ID = "inorder"
 

@@ -50,7 +50,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from inorder.sinks import fs as sfs
 from inorder.sinks.base import BatchWriter, Sink, SinkError, WrittenFile
 from inorder.sinks.commit_log import (  # noqa: F401  (the two caches: tests clear them)
     _CHECKPOINT_CACHE,
@@ -90,6 +89,7 @@ from inorder.sinks.commit_log import (  # noqa: F401  (the two caches: tests cle
     read_manifest,
 )
 from inorder.sinks.evolution import schema_change
+from inorder.storage import fs as sfs
 
 #: The sink, its readers, and the commit log's names (:mod:`inorder.sinks.commit_log`).
 __all__ = [
@@ -157,7 +157,7 @@ class ParquetSink(Sink):
     """A hive-partitioned Parquet dataset committed exactly once per micro-batch.
 
     ``path`` is a local path, ``file://`` URI or ``s3://bucket/prefix``; S3 settings come
-    from ``storage_options`` or the AWS_* environment variables (see :mod:`inorder.sinks.fs`).
+    from ``storage_options`` or the AWS_* environment variables (see :mod:`inorder.storage.fs`).
     With ``compact=True`` the driver merges small files after each commit
     (see :mod:`inorder.sinks.compaction`). Every ``checkpoint_interval`` committed batches
     the driver consolidates the commit log into one checkpoint and deletes manifests older

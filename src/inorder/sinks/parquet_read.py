@@ -12,7 +12,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from inorder.sinks import fs as sfs
 from inorder.sinks.commit_log import (
     COMMITS_DIR,
     DatasetState,
@@ -26,6 +25,7 @@ from inorder.sinks.commit_log import (
     manifest_name,
     read_manifest,
 )
+from inorder.storage import fs as sfs
 
 
 def committed_files(path: str, storage_options: Mapping[str, str] | None = None) -> list[LiveFile]:

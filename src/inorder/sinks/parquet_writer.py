@@ -18,11 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from inorder.sinks import fs as sfs
 from inorder.sinks.base import BatchWriter, WrittenFile
 from inorder.sinks.commit_log import (
     partition_dir,
 )
+from inorder.storage import fs as sfs
 
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
 #: Arrow bytes buffered per output partition before a row group is written: large row

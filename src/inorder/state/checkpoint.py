@@ -35,10 +35,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from inorder.errors import ConfigError
+from inorder.errors import ConfigError, StorageError
 from inorder.records import TopicPartition
-from inorder.sinks.base import SinkError
-from inorder.sinks.fs import (
+from inorder.storage.fs import (
     Location,
     delete_quietly,
     list_files,
@@ -107,7 +106,7 @@ class CheckpointStore:
         if self._location is None:
             try:
                 self._location = resolve(self.root, self.storage_options or None)
-            except SinkError as exc:
+            except StorageError as exc:
                 raise ConfigError(f"checkpoint: {exc}") from None
         return self._location
 

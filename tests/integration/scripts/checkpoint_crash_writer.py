@@ -20,9 +20,9 @@ from typing import Any
 import pyarrow as pa
 
 from inorder.sinks import commit_checkpoint
-from inorder.sinks import fs as sfs
 from inorder.sinks.compaction import compact_parquet
 from inorder.sinks.parquet import ParquetSink
+from inorder.storage import fs as sfs
 
 SCHEMA = pa.schema([("topic", pa.string()), ("batch_id", pa.int64()), ("id", pa.int64())])
 
@@ -41,7 +41,7 @@ def batch_rows(batch_id: int, rows: int) -> pa.RecordBatch:
 
 
 def dying_fs(die_at: int) -> types.SimpleNamespace:
-    """``inorder.sinks.fs`` whose put_if_absent / delete_quietly kill the process at step n."""
+    """``inorder.storage.fs`` whose put_if_absent / delete_quietly kill the process at step n."""
     steps = {"n": 0}
 
     def step(real: Any) -> Any:

@@ -7,7 +7,7 @@ exists (``PUT`` with ``If-None-Match: *``). obstore (Rust ``object_store``) does
 and the instance profile (EC2, EMR). Data files still go through pyarrow, which uses the AWS
 SDK's default chain; both read the same ``AWS_*`` environment.
 
-Failures become one :class:`~inorder.sinks.base.SinkError` line that names what really failed
+Failures become one :class:`~inorder.errors.StorageError` line that names what really failed
 (DNS, refused connection, timeout, missing bucket, denied access, bad signature), judged from
 obstore's typed errors and the S3 error code, never from text that may contain a bucket name.
 """
@@ -28,10 +28,10 @@ from obstore.exceptions import (
 )
 from obstore.store import S3Store
 
-from inorder.sinks.base import SinkError
+from inorder.errors import StorageError
 
 if TYPE_CHECKING:
-    from inorder.sinks.fs import S3Settings
+    from inorder.storage.fs import S3Settings
 
 # Transient failures (throttling, 5xx, dropped connections) are retried inside one call for up
 # to a minute; a name that does not resolve fails after a few seconds, not minutes.
@@ -130,7 +130,7 @@ def check_conditional_writes(settings: S3Settings, path: str) -> None:
     finally:
         delete_if_exists(settings, path)
     endpoint = settings.endpoint_url or f"AWS S3 ({settings.region})"
-    raise SinkError(
+    raise StorageError(
         f"{endpoint} ignored a conditional write (PUT If-None-Match: *) to s3://{path}: "
         "exactly-once commits need an S3 store that refuses to overwrite on it (AWS S3, "
         "MinIO, SeaweedFS and Ceph do); inorder will not commit to one that does not"
@@ -145,7 +145,7 @@ def _s3_code(exc: BaseException) -> str | None:
     return text[start + 6 : end] if start >= 0 and end > start else None
 
 
-def failure(operation: str, settings: S3Settings, path: str, exc: BaseException) -> SinkError:
+def failure(operation: str, settings: S3Settings, path: str, exc: BaseException) -> StorageError:
     """One line saying what failed for ``operation`` on ``bucket/key``, without secrets."""
     endpoint = settings.endpoint_url or f"https://s3.{settings.region}.amazonaws.com"
     bucket = path.partition("/")[0]
@@ -176,7 +176,7 @@ def failure(operation: str, settings: S3Settings, path: str, exc: BaseException)
     for secret in (settings.secret_access_key, settings.session_token):
         if secret:
             reason = reason.replace(secret, "***")
-    return SinkError(f"S3 {operation} s3://{path} failed: {reason}")
+    return StorageError(f"S3 {operation} s3://{path} failed: {reason}")
 
 
 __all__ = [
