@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from inorder.codecs.base import DecodeError
 from inorder.engine.apply import OrderedApplier, RecordTuple, ViolationEvent
-from inorder.engine.reference import DictStateView
 from inorder.ops.batchlog import BatchLog, Segment
 from inorder.ops.recompute import plan_segments
 from inorder.ops.records import read_chunks
@@ -68,19 +67,7 @@ def scan_partition(
     index = 0
 
     def open_applier() -> OrderedApplier:
-        seg = segments[index]
-        return OrderedApplier(
-            target.processor,
-            target.codec,
-            target.integrity,
-            DictStateView(entries),
-            tp.topic,
-            tp.partition,
-            max(seg.batch_id, 0),
-            seg.processing_time_us or 0,
-            PartitionMeta(meta.last_offset, meta.max_event_us),
-            max_events=10,
-        )
+        return target.segment_applier(entries, tp, segments[index], meta, max_events=10)
 
     def close_applier(applier: OrderedApplier) -> None:
         nonlocal meta

@@ -28,7 +28,6 @@ import msgspec
 from inorder.codecs.base import DecodeError
 from inorder.engine.apply import OrderedApplier, RecordTuple, ViolationEvent
 from inorder.engine.context import from_micros
-from inorder.engine.reference import DictStateView
 from inorder.errors import ConfigError, InorderError
 from inorder.ops.batchlog import Segment, load_batch_log
 from inorder.ops.recompute import plan_segments
@@ -224,17 +223,7 @@ class Replayer:
             if cursor >= end or self.summary.failed is not None:
                 break
             seg_end = min(seg.end, end)
-            applier = OrderedApplier(
-                target.processor,
-                target.codec,
-                target.integrity,
-                DictStateView(entries),
-                tp.topic,
-                tp.partition,
-                max(seg.batch_id, 0),
-                seg.processing_time_us or 0,
-                PartitionMeta(meta.last_offset, meta.max_event_us),
-            )
+            applier = target.segment_applier(entries, tp, seg, meta)
             stopped = False
             for records in read_chunks(
                 target.source_options, tp, max(cursor, seg.start or 0), seg_end

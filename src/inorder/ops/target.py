@@ -14,13 +14,18 @@ from functools import cached_property
 from typing import Any
 
 from inorder.codecs.base import Codec
+from inorder.engine.apply import OrderedApplier
+from inorder.engine.reference import DictStateView
 from inorder.integrity import Integrity
 from inorder.kafka.options import SourceOptions, parse_options
+from inorder.ops.batchlog import Segment
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.identity import SETTINGS_FIELD, RecordedSettings
 from inorder.processor import Processor, ProcessorTypes, processor_types
+from inorder.records import TopicPartition
 from inorder.sinks.base import Sink
 from inorder.state.checkpoint import CheckpointStore
+from inorder.state.entry import KeyEntry, PartitionMeta
 
 
 @dataclass
@@ -137,3 +142,28 @@ class OpsTarget:
     def engine(self) -> CheckpointStore:
         """inorder's state checkpoint."""
         return CheckpointStore(self.layout.engine_dir)
+
+    def segment_applier(
+        self,
+        entries: dict[str, KeyEntry],
+        tp: TopicPartition,
+        segment: Segment,
+        meta: PartitionMeta,
+        max_events: int | None = None,
+    ) -> OrderedApplier:
+        """An applier over in-memory state ``entries`` for one batch segment of ``tp``.
+
+        It runs as that batch ran: its batch id and processing time, the partition's meta.
+        """
+        return OrderedApplier(
+            self.processor,
+            self.codec,
+            self.integrity,
+            DictStateView(entries),
+            tp.topic,
+            tp.partition,
+            max(segment.batch_id, 0),
+            segment.processing_time_us or 0,
+            PartitionMeta(meta.last_offset, meta.max_event_us),
+            max_events=max_events,
+        )
