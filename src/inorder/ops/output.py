@@ -16,7 +16,7 @@ import pyarrow.dataset as ds
 
 from inorder.errors import InorderError
 from inorder.records import TopicPartition
-from inorder.sinks.base import Sink
+from inorder.sinks.base import Sink, stored
 
 
 def sink_kind(sink: Sink) -> str:
@@ -44,7 +44,7 @@ class OutputView:
             from deltalake import DeltaTable
             from deltalake.exceptions import TableNotFoundError
 
-            loc = self.sink.location  # type: ignore[attr-defined]
+            loc = stored(self.sink).location
             try:
                 table = DeltaTable(loc.delta_uri(), storage_options=loc.storage_options())
             except TableNotFoundError:
@@ -53,7 +53,7 @@ class OutputView:
             return dataset
         from inorder.sinks.parquet import load_state
 
-        loc = self.sink.location  # type: ignore[attr-defined]
+        loc = stored(self.sink).location
         state = load_state(loc)
         paths = [loc.join(f.path) for f in state.files.values()]
         if not paths:

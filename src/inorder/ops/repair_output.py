@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from inorder.errors import InorderError
 from inorder.records import TopicPartition
-from inorder.sinks.base import Sink
+from inorder.sinks.base import Sink, stored
 from inorder.storage import fs as sfs
 
 
@@ -122,7 +122,7 @@ def delta_predicate(starts: Mapping[TopicPartition, int]) -> str:
 def _delete_delta(sink: Sink, starts: Mapping[TopicPartition, int], result: OutputDeletion) -> None:
     from deltalake import DeltaTable
 
-    loc = sink.location  # type: ignore[attr-defined]
+    loc = stored(sink).location
     secrets = (loc.s3.secret_access_key,) if loc.s3 else ()
     # Only partitions that have rows to delete: a shorter predicate, the same effect.
     chosen = {tp: s for tp, s in starts.items() if str(tp) in result.rows_by_partition}
@@ -186,9 +186,10 @@ def _delete_parquet(
         manifest_name,
     )
     from inorder.sinks.compaction import clean_stale_staging, staging_dir
+    from inorder.sinks.parquet import ParquetSink
 
-    loc: sfs.Location = sink.location  # type: ignore[attr-defined]
-    compression: str = getattr(sink, "compression", "zstd")
+    loc = stored(sink).location
+    compression = sink.compression if isinstance(sink, ParquetSink) else "zstd"
     # Half-published batches or compactions left by a crash are finished first, as the
     # sink itself would at its next start: the rewrite must see every committed row.
     for rel in load_state(loc).pending:

@@ -41,6 +41,7 @@ from inorder.ops.records import offsets_for_time, partitions, watermarks
 from inorder.ops.statefiles import load_partition_state, loadable_versions
 from inorder.ops.target import OpsTarget
 from inorder.records import TopicPartition
+from inorder.sinks.base import StoredSink
 from inorder.state.entry import KeyEntry, PartitionMeta
 
 _SAMPLES = 5
@@ -347,7 +348,8 @@ def validate(
     """Recompute every partition of the pipeline and compare with the committed output."""
     report = ValidationReport()
     log = load_batch_log(target.spark_dir, target.engine)
-    output_last = getattr(target.sink, "last_committed_batch", lambda: None)()
+    sink = target.sink
+    output_last = sink.last_committed_batch() if isinstance(sink, StoredSink) else None
     # After `inorder repair` the output numbers this checkpoint's batch b as offset + b.
     shift = target.batch_offset
     sink_last = output_last - shift if output_last is not None else None

@@ -14,10 +14,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import pyarrow as pa
 
 from inorder.errors import SinkError as SinkError
+
+if TYPE_CHECKING:
+    from inorder.storage.fs import Location
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +108,28 @@ class Sink(abc.ABC):
         (Parquet, Delta) override this; others raise :class:`SinkError`.
         """
         raise SinkError(f"{self.describe()}: cannot be read back by batch")
+
+
+@runtime_checkable
+class StoredSink(Protocol):
+    """A sink whose rows live in files at a storage location (Parquet, Delta).
+
+    What the tools (validate, repair, inspect, compaction) need beyond :class:`Sink`: where
+    the data is, and the newest committed batch.
+    """
+
+    @property
+    def location(self) -> Location:
+        """The resolved storage location of the dataset."""
+        ...
+
+    def last_committed_batch(self) -> int | None:
+        """The newest committed batch id, ``None`` before the first commit."""
+        ...
+
+
+def stored(sink: Sink) -> StoredSink:
+    """``sink`` as a :class:`StoredSink`; :class:`SinkError` for a sink without files."""
+    if not isinstance(sink, StoredSink):
+        raise SinkError(f"{sink.describe()}: only Parquet and Delta outputs can be read back")
+    return sink
