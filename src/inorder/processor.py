@@ -153,7 +153,8 @@ class Processor(abc.ABC, Generic[Msg, State, Out]):
         """Whether ``msg`` begins a new session (e.g. a snapshot).
 
         Under the ``restart_session`` policy a key that broke a rule is ignored until a
-        message for which this returns true. Default: never (the key stays ignored).
+        message for which this returns true. Default: never; a pipeline refuses to start
+        with that policy unless the processor overrides this (a key would stay ignored).
         """
         return False
 

@@ -66,3 +66,24 @@ class Halver(Processor[Reading, Seen, Half]):
     def process(self, state: Seen, msg: Reading, ctx: Context) -> Iterable[Half]:
         state.n += 1
         yield Half(msg.site, msg.value / 2 if msg.value % 2 else msg.value // 2)  # type: ignore[arg-type]
+
+
+class CountReadings(Processor[Reading, Seen, SeenRow]):
+    """Counts readings per site (a message type with fields, for ``sequence_field``)."""
+
+    def key(self, msg: Reading) -> str:
+        return msg.site
+
+    def initial_state(self, key: str) -> Seen:
+        return Seen()
+
+    def process(self, state: Seen, msg: Reading, ctx: Context) -> Iterable[SeenRow]:
+        state.n += 1
+        yield SeenRow(msg.site, state.n)
+
+
+class CountRawSessions(CountRaw):
+    """Counts records; an empty record begins a new session (fit for ``restart_session``)."""
+
+    def starts_session(self, msg: bytes) -> bool:
+        return msg == b""

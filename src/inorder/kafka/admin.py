@@ -100,6 +100,14 @@ class KafkaAdmin:
             )
         return sorted(tp for tp in opts.assign if tp.partition < topics.get(tp.topic, 0))
 
+    def matching_topics(self) -> list[str]:
+        """The topics ``subscribePattern`` matches right now, sorted (none without a pattern)."""
+        pattern = self._options.pattern
+        if pattern is None:
+            return []
+        topics = set(self.topic_partitions()) | self.errored_topics
+        return sorted(t for t in topics if pattern.fullmatch(t))
+
     def check_subscription(self) -> None:
         """Fail with a message naming the option if a listed topic or partition is unknown."""
         topics = self.topic_partitions()
@@ -108,7 +116,8 @@ class KafkaAdmin:
         if missing:
             raise ConfigError(
                 f"subscribe: unknown topic(s) {', '.join(missing)} on "
-                f"{opts.bootstrap_servers} (create them first, or use subscribePattern)"
+                f"{opts.bootstrap_servers} (create them first, or use topic_pattern / "
+                "subscribePattern, which picks topics up as they appear)"
             )
         bad = [str(tp) for tp in opts.assign if tp.partition >= topics.get(tp.topic, 0)]
         if bad:

@@ -118,20 +118,33 @@ class KafkaSource:
         opts.update(extra)
         return opts
 
-    def check(self, extra_options: Mapping[str, str] | None = None) -> None:
-        """Validate the options and reach the broker (bounded time); raise ``ConfigError``."""
+    def check(self, extra_options: Mapping[str, str] | None = None) -> list[str]:
+        """Validate the options and reach the broker (bounded time); raise ``ConfigError``.
+
+        Returns notes for the user: which topics a ``topic_pattern`` matches now, or a warning
+        when it matches none (not an error: matching topics are picked up when they appear).
+        """
         from inorder.kafka.admin import KafkaAdmin
 
         parsed = parse_options({**self.to_options(), **(extra_options or {})})
         admin = KafkaAdmin(parsed)
+        notes: list[str] = []
         if parsed.subscribe or parsed.assign:
             admin.check_subscription()
-        else:
-            admin.topic_partitions()
+        elif parsed.subscribe_pattern is not None:
+            notes.append(
+                pattern_note(
+                    parsed.subscribe_pattern,
+                    admin.matching_topics(),
+                    parsed.bootstrap_servers,
+                    parsed.topic_discovery_interval,
+                )
+            )
         if self.archive:
             from inorder.archive.coverage import load_coverage
 
             load_coverage(self.archive, dict(self.archive_storage_options) or None)
+        return notes
 
     def load(self, spark: Any, extra_options: Mapping[str, str] | None = None) -> Any:
         """The streaming DataFrame (registers the source, checks options and broker first)."""
@@ -147,3 +160,26 @@ class KafkaSource:
             return spark.readStream.format(TieredDataSource.name()).options(**options).load()
         spark.dataSource.register(KafkaDataSource)
         return spark.readStream.format(KafkaDataSource.name()).options(**options).load()
+
+
+#: Topic names a subscription note lists before it only counts the rest.
+LISTED_TOPICS = 10
+
+
+def pattern_note(pattern: str, topics: Sequence[str], servers: str, interval: timedelta) -> str:
+    """The start-time note on a topic pattern: the topics it matches, or a warning if none.
+
+    A pattern that matches nothing is legal (topics may be created later) but is most often a
+    typo, which would otherwise look like a healthy run reading zero records.
+    """
+    if not topics:
+        return (
+            f"warning: topic_pattern {pattern!r} matches no topic on {servers}: nothing is read "
+            f"until a matching topic appears (looked for every "
+            f"{interval.total_seconds():g} s, topic_discovery_interval)"
+        )
+    shown = ", ".join(topics[:LISTED_TOPICS])
+    if len(topics) > LISTED_TOPICS:
+        shown += f", ... ({len(topics) - LISTED_TOPICS} more)"
+    noun = "topic" if len(topics) == 1 else "topics"
+    return f"subscribed to {len(topics)} {noun} matching {pattern!r}: {shown}"

@@ -23,6 +23,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from inorder.errors import ConfigError, InorderError
+from inorder.integrity import check_fits
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.failures import explain_failure
 from inorder.pipeline.identity import (
@@ -179,6 +180,9 @@ class PipelineRunner:
         started = time.monotonic()
         from inorder.archive.initial_state import prepare_pipeline, seed_if_needed
 
+        # Settings that would run "fine" and quietly do the wrong thing: refused first.
+        check_fits(self.pipeline.resolved_integrity(), self.pipeline.processor)
+
         # Job version (sink wrapper) and initial state (starting offsets) when configured.
         self.pipeline, seeding = prepare_pipeline(self.pipeline, self.checkpoint)
         # What `inorder repair` left in the checkpoint: batch id offset, starting offsets.
@@ -194,7 +198,7 @@ class PipelineRunner:
         trigger = self._trigger_kwargs()
         # Everything that can be wrong is checked before Spark starts: broker, options,
         # output types, state compatibility, sink.
-        p.source.check(self._source_options())
+        source_notes = p.source.check(self._source_options())
         layout = CheckpointLayout.of(self.checkpoint)
         owner = layout.ensure_owner()
         self._check_identity(layout)
@@ -217,6 +221,8 @@ class PipelineRunner:
 
         self._materializer = pipeline_materializer(p)
         self.reporter.info(f"inorder: starting {p.name!r} on {p.spark_master}, {p.sink.describe()}")
+        for note in source_notes:  # after every check: a refused start stays one line
+            self.reporter.info(f"inorder: {note}")
         self._spark = build_spark_session(
             master=p.spark_master,
             app_name=p.name,

@@ -85,8 +85,18 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             "Kafka bootstrap servers (default: INORDER_KAFKA_BOOTSTRAP_SERVERS or the "
             "broker started by `inorder dev up`).",
         ),
-        "topic_pattern": Setting(str, "", 'Regex of topics to subscribe to (e.g. "site-.*").'),
-        "topics": Setting(list, [], "Explicit list of topics (instead of topic_pattern)."),
+        "topic_pattern": Setting(
+            str,
+            "",
+            'Regex of topics to subscribe to (e.g. "site-.*"). A run starts by listing the '
+            "topics it matches, with a warning when it matches none.",
+        ),
+        "topics": Setting(
+            list,
+            [],
+            "Explicit list of topics (instead of topic_pattern); a run refuses to start while "
+            "one does not exist.",
+        ),
         "starting_offsets": Setting(
             str, "earliest", 'Where a new query starts: "earliest", "latest" or JSON.'
         ),
@@ -130,9 +140,15 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             str,
             "",
             '"fail", "restart_session" or "dead_letter" (default: the '
-            "processor's; otherwise fail).",
+            "processor's; otherwise fail). restart_session needs a processor with "
+            "`starts_session` (refused at start otherwise).",
         ),
-        "sequence_field": Setting(str, "", "Message field holding the producer sequence."),
+        "sequence_field": Setting(
+            str,
+            "",
+            "Message field holding the producer sequence; a field of the processor's message "
+            "type (checked at start).",
+        ),
         "lateness": Setting(str, "0 seconds", "Allowed event-time lateness (fuzzy tier)."),
     },
     "sink": {

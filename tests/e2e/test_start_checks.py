@@ -1,0 +1,201 @@
+"""Settings that ran "fine" and quietly did the wrong thing are reported when a run starts.
+
+Reproduced before the change: a ``topic_pattern`` matching no topic exited 0 with
+``records: 0`` and not a word about it (and the topics a pattern matched were never listed);
+an ``integrity.sequence_field`` naming no field of the message type only showed up at run
+time, as rule ``sequence_missing`` on every record; ``on_violation = "restart_session"`` on a
+processor without ``starts_session`` ignored a key for good after its first violation.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from tests.e2e.cli_jobs import CountRaw, CountRawSessions, CountReadings
+
+from inorder import Integrity, KafkaSource, ParquetSink, Pipeline
+from inorder.commands.run import dump_toml
+from inorder.errors import ConfigError
+from inorder.pipeline.config import validate
+from inorder.sinks.parquet import read_committed
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in values:
+        producer.produce(topic, key=b"k", value=value)
+    producer.flush(30)
+
+
+def _readings(count: int) -> list[bytes]:
+    """One site whose ``value`` goes up by exactly one: a valid sequence."""
+    return [f'{{"site": "s", "value": {i}}}'.encode() for i in range(count)]
+
+
+def _toml(
+    tmp_path: Path, bootstrap: str, source: dict[str, Any], **sections: dict[str, Any]
+) -> Path:
+    config = validate(
+        {
+            "pipeline": {
+                "checkpoint": str(tmp_path / "ck"),
+                "trigger": "available-now",
+                "progress": "plain",
+            },
+            "source": {"bootstrap_servers": bootstrap, **source},
+            "codec": {"type": "raw"},
+            "processor": {"type": "tests.e2e.cli_jobs:CountRaw"},
+            "sink": {"path": str(tmp_path / "out")},
+            "spark": {"master": "local[1]"},
+            **sections,
+        }
+    )
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "p.toml"
+    path.write_text(dump_toml(config))
+    return path
+
+
+def _run(path: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "inorder.cli", "run", str(path)]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def _refused(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line of a start refused with exit code 2."""
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
+
+
+def test_a_pattern_lists_its_topics_and_warns_when_it_matches_none(
+    kafka: Any, tmp_path: Path
+) -> None:
+    prefix = f"sub{random.randrange(10**9)}-"
+    for site in ("c", "a", "b"):
+        _produce(kafka.bootstrap_servers, kafka.new_topic(prefix + site), [b"x", b"y"])
+    matched = _run(
+        _toml(tmp_path / "some", kafka.bootstrap_servers, {"topic_pattern": f"{prefix}.*"})
+    )
+    assert matched.returncode == 0, matched.stderr
+    line = f"inorder: subscribed to 3 topics matching '{prefix}.*': {prefix}a, {prefix}b, {prefix}c"
+    assert line in matched.stderr.splitlines(), matched.stderr
+    assert "records: 6" in matched.stderr
+
+    typo = f"{prefix[:-1]}_.*"
+    nothing = _run(
+        _toml(
+            tmp_path / "none",
+            kafka.bootstrap_servers,
+            {"topic_pattern": typo, "topic_discovery_interval": "45 seconds"},
+        )
+    )
+    assert nothing.returncode == 0, nothing.stderr  # topics may still appear: not an error
+    warnings = [w for w in nothing.stderr.splitlines() if w.startswith("inorder: warning:")]
+    assert len(warnings) == 1, nothing.stderr
+    assert f"topic_pattern {typo!r} matches no topic on {kafka.bootstrap_servers}" in warnings[0]
+    assert "every 45 s, topic_discovery_interval" in warnings[0]
+    assert "records: 0" in nothing.stderr
+
+
+def test_a_listed_topic_that_does_not_exist_is_refused_naming_the_way_out(
+    kafka: Any, tmp_path: Path
+) -> None:
+    missing = f"missing-{random.randrange(10**9)}"
+    line = _refused(_run(_toml(tmp_path, kafka.bootstrap_servers, {"topics": [missing]})))
+    assert f"unknown topic(s) {missing}" in line and "topic_pattern" in line, line
+
+
+def test_an_unknown_sequence_field_is_refused_before_any_batch(
+    kafka: Any, spark: Any, tmp_path: Path
+) -> None:
+    topic = kafka.new_topic(f"seq-{random.randrange(10**9)}")
+    _produce(kafka.bootstrap_servers, topic, _readings(10))
+
+    def pipeline(sequence_field: str, where: str) -> Pipeline[Any, Any, Any]:
+        return Pipeline(
+            source=KafkaSource(bootstrap_servers=kafka.bootstrap_servers, topics=[topic]),
+            processor=CountReadings(),
+            integrity=Integrity.strict(sequence_field=sequence_field),
+            sink=ParquetSink(str(tmp_path / where / "out")),
+            checkpoint=str(tmp_path / where / "ck"),
+            trigger="available-now",
+            spark_master="local[1]",
+            progress="quiet",
+        )
+
+    with pytest.raises(ConfigError) as refused:
+        pipeline("valeu", "typo").run()
+    message = str(refused.value)
+    assert "integrity.sequence_field = 'valeu'" in message, message
+    assert "Reading (its fields: site, value)" in message and "'value'" in message, message
+    assert not (tmp_path / "typo" / "ck" / "spark").exists(), "no batch may have run"
+
+    summary = pipeline("value", "right").run()
+    assert summary.records == 10 and summary.violations == {}
+    assert read_committed(str(tmp_path / "right" / "out")).num_rows == 10
+
+    toml = _toml(
+        tmp_path / "cli",
+        kafka.bootstrap_servers,
+        {"topics": [topic]},
+        codec={"type": "json"},
+        processor={"type": "tests.e2e.cli_jobs:CountReadings"},
+        integrity={"sequence_field": "seqno"},
+    )
+    line = _refused(_run(toml))
+    assert "integrity.sequence_field = 'seqno'" in line and "site, value" in line, line
+
+
+def test_restart_session_without_starts_session_is_refused(
+    kafka: Any, spark: Any, tmp_path: Path
+) -> None:
+    topic = kafka.new_topic(f"restart-{random.randrange(10**9)}")
+    _produce(kafka.bootstrap_servers, topic, [b"a", b"b", b"", b"c"])
+
+    def pipeline(processor: CountRaw, where: str) -> Pipeline[Any, Any, Any]:
+        from inorder.codecs.raw import RawCodec
+
+        return Pipeline(
+            source=KafkaSource(bootstrap_servers=kafka.bootstrap_servers, topics=[topic]),
+            processor=processor,
+            codec=RawCodec(),
+            integrity=Integrity.strict(on_violation="restart_session"),
+            sink=ParquetSink(str(tmp_path / where / "out")),
+            checkpoint=str(tmp_path / where / "ck"),
+            trigger="available-now",
+            spark_master="local[1]",
+            progress="quiet",
+        )
+
+    with pytest.raises(ConfigError) as refused:
+        pipeline(CountRaw(), "without").run()
+    message = str(refused.value)
+    assert message.startswith("integrity.on_violation = 'restart_session': CountRaw"), message
+    assert "has no starts_session" in message and "could never restart" in message, message
+    assert "implement CountRaw.starts_session" in message, message
+    assert "'fail' or 'dead_letter'" in message, message
+    assert not (tmp_path / "without" / "ck" / "spark").exists(), "no batch may have run"
+
+    summary = pipeline(CountRawSessions(), "with").run()
+    assert summary.records == 4
+
+    toml = _toml(
+        tmp_path / "cli",
+        kafka.bootstrap_servers,
+        {"topics": [topic]},
+        integrity={"on_violation": "restart_session"},
+    )
+    line = _refused(_run(toml))
+    assert "integrity.on_violation" in line and "CountRaw has no starts_session" in line, line
