@@ -130,6 +130,17 @@ def test_create_only_writes_stay_atomic_with_role_credentials(
     assert role_credentials.requests >= 1  # signed with the provider's credentials
 
 
+def test_a_broken_credentials_setup_is_one_error_line(
+    s3: S3Service, role_credentials: _CredentialsEndpoint, tmp_path: Path
+) -> None:
+    # `echo token > file` leaves a newline that is no valid header value: obstore panics.
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    location = sfs.resolve(s3.new_prefix(), {"endpoint_url": s3.endpoint_url})
+    with pytest.raises(SinkError, match=r"is not usable: S3 PUT s3://\S+ failed: ") as caught:
+        check_writable(location)
+    assert "\n" not in str(caught.value)
+
+
 def _refused_port() -> int:
     (port,) = processes.free_ports(1)
     return port

@@ -63,6 +63,15 @@ def store(settings: S3Settings, bucket: str) -> S3Store:
     return S3Store(bucket, client_options=client, retry_config=_RETRY, **kwargs)  # type: ignore[arg-type]
 
 
+def _call_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is the failure of an obstore call, not Ctrl-C or an exit.
+
+    A panic inside obstore (Rust) arrives as pyo3's ``PanicException``, a ``BaseException``
+    (seen: a credentials token file ending in a newline); it is one more failure to report.
+    """
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
+
+
 def _split(path: str) -> tuple[str, str]:
     bucket, _, key = path.partition("/")
     return bucket, key
@@ -78,7 +87,9 @@ def put_if_absent(settings: S3Settings, path: str, data: bytes) -> None:
         obstore.put(store(settings, bucket), key, data, mode="create")
     except (AlreadyExistsError, PreconditionError):
         raise ObjectExists(path) from None
-    except Exception as exc:
+    except BaseException as exc:
+        if not _call_failed(exc):
+            raise
         raise failure("PUT", settings, path, exc) from None
 
 
@@ -87,7 +98,9 @@ def put(settings: S3Settings, path: str, data: bytes) -> None:
     bucket, key = _split(path)
     try:
         obstore.put(store(settings, bucket), key, data)
-    except Exception as exc:
+    except BaseException as exc:
+        if not _call_failed(exc):
+            raise
         raise failure("PUT", settings, path, exc) from None
 
 
@@ -100,7 +113,9 @@ def get_if_exists(settings: S3Settings, path: str) -> bytes | None:
         if _s3_code(exc) == "NoSuchBucket":
             raise failure("GET", settings, path, exc) from None
         return None
-    except Exception as exc:
+    except BaseException as exc:
+        if not _call_failed(exc):
+            raise
         raise failure("GET", settings, path, exc) from None
 
 
@@ -112,7 +127,9 @@ def delete_if_exists(settings: S3Settings, path: str) -> None:
     except FileNotFoundError as exc:
         if _s3_code(exc) == "NoSuchBucket":
             raise failure("DELETE", settings, path, exc) from None
-    except Exception as exc:
+    except BaseException as exc:
+        if not _call_failed(exc):
+            raise
         raise failure("DELETE", settings, path, exc) from None
 
 
