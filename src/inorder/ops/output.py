@@ -52,26 +52,10 @@ class OutputView:
             dataset: ds.Dataset = table.to_pyarrow_dataset()
             return dataset
         from inorder.sinks.parquet import load_state
+        from inorder.sinks.parquet_read import committed_dataset
 
         loc = stored(self.sink).location
-        state = load_state(loc)
-        paths = [loc.join(f.path) for f in state.files.values()]
-        if not paths:
-            return None
-        schema = state.schema
-        part_by = state.partition_by
-        if schema is not None:
-            part_schema = pa.schema([schema.field(c) for c in part_by])
-        else:
-            part_schema = pa.schema([pa.field(c, pa.string()) for c in part_by])
-        return ds.dataset(
-            paths,
-            schema=schema,
-            filesystem=loc.filesystem,
-            format="parquet",
-            partitioning=ds.partitioning(part_schema, flavor="hive") if part_by else None,
-            partition_base_dir=loc.root,
-        )
+        return committed_dataset(loc, load_state(loc))
 
     @property
     def empty(self) -> bool:

@@ -132,28 +132,36 @@ def _read_from_manifests(location: sfs.Location, first: int, last: int) -> pa.Ta
         return None  # a file was compacted away: read from the full state
 
 
-def _read_files(location: sfs.Location, state: DatasetState) -> pa.Table:
+def committed_dataset(location: sfs.Location, state: DatasetState) -> ds.Dataset | None:
+    """The committed files of ``state`` as one dataset (``None`` when there are none).
+
+    Read with the newest schema: files written before a compatible evolution (columns added
+    as nullable) read the new columns as null instead of deciding the schema themselves.
+    """
     paths = [location.join(f.path) for f in state.files.values()]
+    if not paths:
+        return None
     schema = state.schema
     partition_by = state.partition_by
     if schema is not None:
         part_schema = pa.schema([schema.field(c) for c in partition_by])
     else:
         part_schema = pa.schema([pa.field(c, pa.string()) for c in partition_by])
-    if not paths:
-        if schema is not None:
-            return schema.empty_table()
-        return pa.table({})
-    dataset = ds.dataset(
+    return ds.dataset(
         paths,
-        # The newest schema: files written before a compatible evolution (columns added as
-        # nullable) read the new columns as null instead of deciding the schema themselves.
         schema=schema,
         filesystem=location.filesystem,
         format="parquet",
         partitioning=ds.partitioning(part_schema, flavor="hive") if partition_by else None,
         partition_base_dir=location.root,
     )
+
+
+def _read_files(location: sfs.Location, state: DatasetState) -> pa.Table:
+    dataset = committed_dataset(location, state)
+    schema = state.schema
+    if dataset is None:
+        return schema.empty_table() if schema is not None else pa.table({})
     table = dataset.to_table()
     if schema is not None:
         table = table.select(schema.names).cast(schema)
