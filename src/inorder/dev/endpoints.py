@@ -138,7 +138,6 @@ def read_services_file(state_dir: Path) -> dict[str, Any]:
 
 
 def _running_entry(state_dir: Path, name: str) -> dict[str, Any] | None:
-
     entry = read_services_file(state_dir).get(name)
     if not isinstance(entry, dict) or not entry.get("pid"):
         return None
@@ -188,10 +187,6 @@ def s3_settings(state_dir: str | os.PathLike[str] | None = None) -> S3Settings:
     )
 
 
-_ENDPOINT_OPTIONS = ("endpoint_url", "endpoint", "aws_endpoint_url", "aws_endpoint_url_s3")
-_ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
-
-
 def output_storage_options(
     path: str, given: Mapping[str, str] | None, state_dir: str | os.PathLike[str] | None = None
 ) -> dict[str, str] | None:
@@ -203,25 +198,23 @@ def output_storage_options(
     broker is found. Anything else (a local path, a named endpoint, another bucket: AWS
     itself) is left as given.
     """
+    from inorder.storage.fs import S3Settings as OutputSettings
+
     options = dict(given or {})
-    if not path.startswith(("s3://", "s3a://")):
-        return options or None
-    named = any(k.lower() in _ENDPOINT_OPTIONS for k in options) or any(
-        os.environ.get(var) for var in _ENDPOINT_ENV
-    )
-    if named:
-        return options or None
-    try:
-        store = s3_settings(state_dir)
-    except ConfigError:
-        return options or None
-    bucket = path.split("://", 1)[1].split("/", 1)[0]
-    if bucket != store.bucket:
-        return options or None
-    found = {
-        "endpoint_url": store.endpoint_url,
-        "access_key_id": store.access_key_id,
-        "secret_access_key": store.secret_access_key,
-        "region": store.region,
-    }
-    return {**found, **options}
+    if (
+        path.startswith(("s3://", "s3a://"))
+        and not OutputSettings.from_options(options).endpoint_url
+    ):
+        try:
+            store = s3_settings(state_dir)
+        except ConfigError:
+            store = None
+        if store is not None and path.split("://", 1)[1].split("/", 1)[0] == store.bucket:
+            found = {
+                "endpoint_url": store.endpoint_url,
+                "access_key_id": store.access_key_id,
+                "secret_access_key": store.secret_access_key,
+                "region": store.region,
+            }
+            options = {**found, **options}
+    return options or None

@@ -17,7 +17,8 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import urllib.parse
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import obstore
 from obstore.exceptions import (
@@ -32,6 +33,8 @@ from inorder.errors import StorageError
 
 if TYPE_CHECKING:
     from inorder.storage.fs import S3Settings
+
+T = TypeVar("T")
 
 # Transient failures (throttling, 5xx, dropped connections) are retried inside one call for up
 # to a minute; a name that does not resolve fails after a few seconds, not minutes.
@@ -72,9 +75,31 @@ def _call_failed(exc: BaseException) -> bool:
     return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
 
 
-def _split(path: str) -> tuple[str, str]:
+def _call(
+    operation: str,
+    settings: S3Settings,
+    path: str,
+    call: Callable[[S3Store, str], T],
+    missing_key_ok: bool = False,
+) -> T | None:
+    """Run one obstore ``call`` on ``bucket/key``, its failures turned into one line.
+
+    A create-only put that finds the object raises :class:`ObjectExists`. With
+    ``missing_key_ok`` a missing key gives ``None``; a missing bucket is always an error.
+    """
     bucket, _, key = path.partition("/")
-    return bucket, key
+    try:
+        return call(store(settings, bucket), key)
+    except (AlreadyExistsError, PreconditionError):
+        raise ObjectExists(path) from None
+    except FileNotFoundError as exc:
+        if missing_key_ok and _s3_code(exc) != "NoSuchBucket":
+            return None
+        raise failure(operation, settings, path, exc) from None
+    except BaseException as exc:
+        if not _call_failed(exc):
+            raise
+        raise failure(operation, settings, path, exc) from None
 
 
 def put_if_absent(settings: S3Settings, path: str, data: bytes) -> None:
@@ -82,55 +107,23 @@ def put_if_absent(settings: S3Settings, path: str, data: bytes) -> None:
 
     One ``PUT`` with ``If-None-Match: *``: the object appears whole or not at all.
     """
-    bucket, key = _split(path)
-    try:
-        obstore.put(store(settings, bucket), key, data, mode="create")
-    except (AlreadyExistsError, PreconditionError):
-        raise ObjectExists(path) from None
-    except BaseException as exc:
-        if not _call_failed(exc):
-            raise
-        raise failure("PUT", settings, path, exc) from None
+    _call("PUT", settings, path, lambda s, key: obstore.put(s, key, data, mode="create"))
 
 
 def put(settings: S3Settings, path: str, data: bytes) -> None:
     """Write ``bucket/key`` (replacing what is there) in one ``PUT``."""
-    bucket, key = _split(path)
-    try:
-        obstore.put(store(settings, bucket), key, data)
-    except BaseException as exc:
-        if not _call_failed(exc):
-            raise
-        raise failure("PUT", settings, path, exc) from None
+    _call("PUT", settings, path, lambda s, key: obstore.put(s, key, data))
 
 
 def get_if_exists(settings: S3Settings, path: str) -> bytes | None:
     """The content of ``bucket/key``, ``None`` if no such key (a missing bucket is an error)."""
-    bucket, key = _split(path)
-    try:
-        return bytes(obstore.get(store(settings, bucket), key).bytes())
-    except FileNotFoundError as exc:
-        if _s3_code(exc) == "NoSuchBucket":
-            raise failure("GET", settings, path, exc) from None
-        return None
-    except BaseException as exc:
-        if not _call_failed(exc):
-            raise
-        raise failure("GET", settings, path, exc) from None
+    read = lambda s, key: bytes(obstore.get(s, key).bytes())  # noqa: E731
+    return _call("GET", settings, path, read, missing_key_ok=True)
 
 
 def delete_if_exists(settings: S3Settings, path: str) -> None:
     """Delete ``bucket/key``; no error when it does not exist (a missing bucket is one)."""
-    bucket, key = _split(path)
-    try:
-        obstore.delete(store(settings, bucket), key)
-    except FileNotFoundError as exc:
-        if _s3_code(exc) == "NoSuchBucket":
-            raise failure("DELETE", settings, path, exc) from None
-    except BaseException as exc:
-        if not _call_failed(exc):
-            raise
-        raise failure("DELETE", settings, path, exc) from None
+    _call("DELETE", settings, path, obstore.delete, missing_key_ok=True)
 
 
 def check_conditional_writes(settings: S3Settings, path: str) -> None:
