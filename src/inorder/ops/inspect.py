@@ -58,11 +58,21 @@ def batches(log: BatchLog, limit: int | None = None) -> list[BatchInfo]:
     """The batches of the log (newest ``limit`` when given), oldest first."""
     out: list[BatchInfo] = []
     previous: dict[TopicPartition, int] = {}
-    for b in log.batches:
+    for i, b in enumerate(log.batches):
+        # Where a range began, as the source planned it (kafka.planning.plan_ranges): the
+        # recorded start of a partition entering with records, else the previous batch's
+        # end, else (entering with nothing to read) its own end. Only the first batch left
+        # in a truncated log has no previous batch to tell.
+        known_previous = i > 0 or log.complete
         ranges = {}
         planned = 0
         for tp in sorted(b.end):
-            start = previous.get(tp, b.starts.get(tp))
+            if tp in b.starts:
+                start: int | None = b.starts[tp]
+            elif tp in previous or known_previous:
+                start = previous.get(tp, b.end[tp])
+            else:
+                start = None
             ranges[str(tp)] = [start if start is not None else -1, b.end[tp]]
             if start is not None:
                 planned += max(0, b.end[tp] - start)

@@ -1,0 +1,40 @@
+"""inspect's batch ranges follow the source's planning, whatever batch a partition enters in."""
+
+from __future__ import annotations
+
+from inorder.ops.batchlog import BatchEntry, BatchLog
+from inorder.ops.inspect import batches
+from inorder.records import TopicPartition
+
+A = TopicPartition("site-a", 0)
+B = TopicPartition("site-a", 1)
+
+
+def entry(batch_id: int, end: dict[TopicPartition, int], **starts: int) -> BatchEntry:
+    return BatchEntry(
+        batch_id,
+        end,
+        True,
+        None,
+        None,
+        None,
+        starts={TopicPartition("site-a", int(p[1:])): o for p, o in starts.items()},
+    )
+
+
+def test_a_partition_entering_with_nothing_to_read_starts_at_its_end() -> None:
+    # Partition 1 is known at batch 1 but empty (no start recorded), gets records in batch 2.
+    log = BatchLog([entry(0, {A: 5}, p0=0), entry(1, {A: 9, B: 0}), entry(2, {A: 9, B: 4})])
+    ranges = [b.ranges for b in batches(log)]
+    assert ranges == [
+        {"site-a[0]": [0, 5]},
+        {"site-a[0]": [5, 9], "site-a[1]": [0, 0]},
+        {"site-a[0]": [9, 9], "site-a[1]": [0, 4]},
+    ]
+    assert [b.records_planned for b in batches(log)] == [5, 4, 4]
+
+
+def test_the_first_batch_of_a_truncated_log_has_unknown_starts() -> None:
+    log = BatchLog([entry(7, {A: 50}), entry(8, {A: 60, B: 3}, p1=1)])
+    ranges = [b.ranges for b in batches(log)]
+    assert ranges == [{"site-a[0]": [-1, 50]}, {"site-a[0]": [50, 60], "site-a[1]": [1, 3]}]
