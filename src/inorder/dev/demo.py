@@ -71,7 +71,7 @@ def run_demo(settings: DemoSettings) -> bool:
     """Run the demo, print its summary; True when the output matches the ground truth."""
     from inorder.dev import services
     from inorder.dev.endpoints import resolve_state_dir
-    from inorder.dev.sim_model import FaultRates, SimulationConfig
+    from inorder.dev.sim_config import FaultRates, SimulationConfig
     from inorder.dev.simulator import simulate
     from inorder.dev.verify import verify_tables
     from inorder.pipeline.config import build_pipeline, load_toml

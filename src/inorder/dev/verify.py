@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from inorder.dev.simulator import GroundTruth
+from inorder.dev.ground_truth import GroundTruth
 
 Tables = Mapping[tuple[str, str], Mapping[str, Any]]
 
