@@ -22,7 +22,20 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar, get_args, get_origin
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    NamedTuple,
+    Protocol,
+    TypeVar,
+    get_args,
+    get_origin,
+)
+
+if TYPE_CHECKING:
+    from inorder.codecs.base import Codec
+    from inorder.integrity import Integrity
 
 Msg = TypeVar("Msg")
 State = TypeVar("State")
@@ -123,7 +136,19 @@ class Processor(abc.ABC, Generic[Msg, State, Out]):
     Subclass it with concrete types, e.g. ``class RunningMean(Processor[Reading, Stats, Row])``.
     The types are read at pipeline start: ``State`` must be a dataclass, a ``msgspec.Struct``
     or a pydantic model; ``Out`` defines the output schema (see :mod:`inorder.schema`).
+
+    When the types are only known at run time, set :attr:`msg_type`, :attr:`state_type` and
+    :attr:`out_type` (on the class or in ``__init__``): set ones win over the generic
+    arguments. :meth:`default_codec` and :meth:`default_integrity` let a processor bring the
+    codec and integrity its messages need; a pipeline's own settings win over them.
     """
+
+    #: The message type, when the generic argument cannot say it (``None``: read it there).
+    msg_type: Any = None
+    #: The state type, when the generic argument cannot say it.
+    state_type: Any = None
+    #: The output row type, when the generic argument cannot say it.
+    out_type: Any = None
 
     @abc.abstractmethod
     def key(self, msg: Msg) -> str:
@@ -166,6 +191,20 @@ class Processor(abc.ABC, Generic[Msg, State, Out]):
         """Event time of a message, for the watermark. Default: the Kafka timestamp."""
         return ctx.timestamp
 
+    def default_codec(self) -> Codec[Msg] | None:
+        """The codec for this processor's messages when the pipeline names none.
+
+        Default ``None``: JSON decoded into the message type.
+        """
+        return None
+
+    def default_integrity(self) -> Integrity | None:
+        """The integrity to enforce when the pipeline names none.
+
+        Default ``None``: ``Integrity.strict()`` (offset order, stop at the first violation).
+        """
+        return None
+
 
 class ProcessorTypes(NamedTuple):
     """The concrete ``Msg``, ``State`` and ``Out`` types of a processor."""
@@ -191,7 +230,7 @@ def processor_types(processor: Processor[Any, Any, Any]) -> ProcessorTypes:
                     break
         if found:
             break
-    explicit = [getattr(processor, n, None) for n in ("msg_type", "state_type", "out_type")]
+    explicit = [processor.msg_type, processor.state_type, processor.out_type]
     if found is None and not all(explicit):
         raise TypeError(
             f"{type(processor).__name__}: cannot tell its message, state and output types; "

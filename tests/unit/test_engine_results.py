@@ -5,7 +5,6 @@ from __future__ import annotations
 import pyarrow as pa
 
 from inorder.ddl import arrow_ddl
-from inorder.engine.apply import ViolationEvent
 from inorder.engine.results import (
     RESULT_SCHEMA,
     ResultFile,
@@ -15,6 +14,7 @@ from inorder.engine.results import (
     result_of,
     result_row,
 )
+from inorder.engine.violations import ViolationEvent
 from inorder.records import KAFKA_SPARK_DDL
 from inorder.sinks.base import WrittenFile
 

@@ -31,13 +31,12 @@ policy (skipping records because of a bug would lose them silently).
 from __future__ import annotations
 
 import copy
-import heapq
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from inorder.codecs.base import Codec, DecodeError
+from inorder.engine.apply_results import ApplyResults
 from inorder.engine.context import (
     EVENT_TIME,
     PROCESSING_TIME,
@@ -45,21 +44,19 @@ from inorder.engine.context import (
     TIMER_SET,
     EngineContext,
     delta_micros,
-    from_micros,
     to_micros,
 )
-from inorder.engine.fuzzy import REORDER_KEY, Buffered, ReorderBuffer
+from inorder.engine.fuzzy import FuzzyTier
+from inorder.engine.timers import TimerQueue, is_live
+from inorder.engine.violations import ROW_SCHEMA, DeadLetter, ViolationEvent
 from inorder.integrity import Integrity
 from inorder.processor import Processor, Violation
-from inorder.state.entry import KeyEntry, PartitionMeta
+from inorder.state.entry import KeyEntry, PartitionMeta, StateView
 
 #: One record of a topic-partition: ``(offset, kafka_key, value, timestamp_us, headers)``.
 RecordTuple = tuple[int, bytes | None, bytes | None, int | None, Any]
-
-#: Rule name for exceptions (other than Violation) raised by user code.
-PROCESSOR_ERROR = "processor_error"
-#: Rule name for a row that does not fit the output schema exactly (never coerced).
-ROW_SCHEMA = "row_schema"
+#: A record followed by its partition's watermark (external-watermark mode).
+WatermarkedRecord = tuple[int, bytes | None, bytes | None, int | None, Any, int | None]
 
 
 def _no_problem(rows: list[Any]) -> str | None:
@@ -79,95 +76,19 @@ def _row_checker(processor: Processor[Any, Any, Any]) -> Callable[[list[Any]], s
 
 _ABSENT: Any = object()  # loaded from the view and found missing: nothing to write back
 _MISSING: Any = object()  # not looked up yet
-_TIMER_CHUNK = 1024
-
-
-class StateView(Protocol):
-    """Read access to the committed state of one topic-partition (before this batch)."""
-
-    def load(self, key: str) -> KeyEntry | None:
-        """The entry of ``key``, or ``None`` when the key has none."""
-        ...
-
-    def timers_after(
-        self, kind: int, after: tuple[int, str] | None, limit: int
-    ) -> list[tuple[int, str]]:
-        """Up to ``limit`` timers ``(deadline, key)`` of ``kind`` after ``after``, in order."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class ViolationEvent:
-    """A record (or timeout) that broke a rule, and the policy applied."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: str | None
-    rule: str
-    detail: str
-    policy: str
-
-    def message(self) -> str:
-        """One line naming topic, partition, offset, key and rule."""
-        key = "unknown" if self.key is None else repr(self.key)
-        return (
-            f"{self.rule} at {self.topic}[{self.partition}] offset {self.offset} "
-            f"(key {key}): {self.detail}"
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable form."""
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "offset": self.offset,
-            "key": self.key,
-            "rule": self.rule,
-            "detail": self.detail,
-            "policy": self.policy,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ViolationEvent:
-        """Inverse of :meth:`to_json`."""
-        return cls(
-            str(data["topic"]),
-            int(data["partition"]),
-            int(data["offset"]),
-            data.get("key"),
-            str(data["rule"]),
-            str(data["detail"]),
-            str(data["policy"]),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A record routed to the dead-letter output, with the reason."""
-
-    offset: int
-    kafka_key: bytes | None
-    value: bytes | None
-    timestamp_us: int | None
-    key: str | None
-    rule: str
-    detail: str
 
 
 def _has_own(processor: Processor[Any, Any, Any], name: str) -> bool:
     return getattr(type(processor), name) is not getattr(Processor, name)
 
 
-class OrderedApplier:
+class OrderedApplier(ApplyResults):
     """Applies the records of ONE topic-partition, in offset order, for one micro-batch.
 
     Feed records with :meth:`apply` (any number of calls), then call :meth:`finish` once.
-    Results: :attr:`rows` with :attr:`row_offsets` (origin offset per row), :attr:`entries`
-    (keys touched: new :class:`KeyEntry`, or ``None`` for deleted; entries equal to
-    ``_ABSENT`` are skipped by :meth:`changes`), :attr:`meta`, :attr:`violations`,
-    :attr:`dead_letters`, :attr:`violation_counts`, :attr:`counters`, and :attr:`failed` (the
-    event that stopped the partition, if any).
+    Besides the :class:`ApplyResults`: :attr:`entries` (keys touched: new :class:`KeyEntry`,
+    or ``None`` for deleted; entries equal to ``_ABSENT`` are skipped by :meth:`changes`) and
+    :attr:`meta` (the partition's progress).
     """
 
     def __init__(
@@ -186,18 +107,16 @@ class OrderedApplier:
         copy_state: Callable[[Any], Any] = copy.deepcopy,
         external_watermark: bool = False,
     ) -> None:
+        super().__init__(topic, partition, type(processor).__name__, max_events)
         self.processor = processor
         self.codec = codec
         self.integrity = integrity
         self.view = view
-        self.topic = topic
-        self.partition = partition
         self.batch_id = batch_id
         self.processing_us = (
             processing_time if isinstance(processing_time, int) else to_micros(processing_time)
         )
         self.meta = meta
-        self.max_events = max_events
         self.copy_state = copy_state
         self.ctx = EngineContext(topic, partition, batch_id, self.processing_us)
         self._lateness = delta_micros(integrity.lateness)
@@ -207,10 +126,7 @@ class OrderedApplier:
         self._seq_field = integrity.sequence_field if integrity.tier != "none" else None
         self._policy = integrity.on_violation
         # Fuzzy tier: records wait in the partition's reorder buffer (kept in state).
-        self._fuzzy = integrity.tier == "fuzzy"
-        self._buffer: ReorderBuffer | None = (
-            ReorderBuffer.from_entry(view.load(REORDER_KEY)) if self._fuzzy else None
-        )
+        self._fuzzy = FuzzyTier(self, view) if integrity.tier == "fuzzy" else None
         # External watermark: records carry the watermark of their partition as a 6th
         # element (computed upstream over the whole partition, for key-group tasks).
         self._external_wm = external_watermark
@@ -218,41 +134,23 @@ class OrderedApplier:
         self._row_problem = _row_checker(processor)
 
         self.entries: dict[str, Any] = {}
-        self.rows: list[Any] = []
-        self.row_offsets: list[int] = []
-        self.violations: list[ViolationEvent] = []
-        self.dead_letters: list[DeadLetter] = []
-        self.violation_counts: dict[str, int] = {}
-        self.counters: dict[str, int] = {"records": 0, "replayed": 0, "ignored": 0, "timeouts": 0}
-        self.failed: ViolationEvent | None = None
-        self.first_offset: int | None = None
 
-        # Timers: a heap per kind of candidate (deadline, key), validated against the key's
-        # entry when popped (entries changed in this batch make store candidates stale).
-        # ``_cursor`` is the last store timer pulled into the heap; ``_exhausted`` says the
-        # store has none after it.
-        self._heaps: dict[int, list[tuple[int, str]]] = {PROCESSING_TIME: [], EVENT_TIME: []}
-        self._cursor: dict[int, tuple[int, str] | None] = {PROCESSING_TIME: None, EVENT_TIME: None}
-        self._exhausted: dict[int, bool] = {PROCESSING_TIME: False, EVENT_TIME: False}
-        self._refill(EVENT_TIME)
-        self._et_hint = self._hint(EVENT_TIME)
+        # Timers: candidates per kind, checked against the key's entry when popped.
+        self._timers = {
+            PROCESSING_TIME: TimerQueue(view, PROCESSING_TIME),
+            EVENT_TIME: TimerQueue(view, EVENT_TIME),
+        }
+        self._timers[EVENT_TIME].refill()
+        self._et_hint = self._timers[EVENT_TIME].hint()
 
     # -- results -----------------------------------------------------------------------------
 
     def changes(self) -> dict[str, KeyEntry | None]:
         """Keys to write back: their new entry, or ``None`` to delete."""
         out = {k: v for k, v in self.entries.items() if v is not _ABSENT}
-        buffer = self._buffer
-        if buffer is not None and buffer.dirty:
-            entry = buffer.to_entry()
-            if entry is not None or buffer.existed:
-                out[REORDER_KEY] = entry
+        if self._fuzzy is not None:
+            out.update(self._fuzzy.changes())
         return out
-
-    @property
-    def buffered(self) -> int:
-        """Records waiting in the reorder buffer (fuzzy tier)."""
-        return 0 if self._buffer is None else len(self._buffer)
 
     # -- state access ------------------------------------------------------------------------
 
@@ -266,30 +164,6 @@ class OrderedApplier:
 
     # -- timers ------------------------------------------------------------------------------
 
-    def _refill(self, kind: int) -> None:
-        """Pull store timers into the heap until its top is the global minimum."""
-        heap = self._heaps[kind]
-        while not self._exhausted[kind]:
-            cursor = self._cursor[kind]
-            if heap and cursor is not None and heap[0] <= cursor:
-                return
-            chunk = self.view.timers_after(kind, cursor, _TIMER_CHUNK)
-            for item in chunk:
-                heapq.heappush(heap, item)
-            if len(chunk) < _TIMER_CHUNK:
-                self._exhausted[kind] = True
-            if chunk:
-                self._cursor[kind] = chunk[-1]
-
-    def _hint(self, kind: int) -> int | None:
-        """A lower bound of the next due deadline of ``kind`` (``None``: no timer at all)."""
-        heap = self._heaps[kind]
-        best = heap[0][0] if heap else None
-        cursor = self._cursor[kind]
-        if not self._exhausted[kind] and cursor is not None and (best is None or cursor[0] < best):
-            best = cursor[0]
-        return best
-
     def _fire_due(self, kind: int, upto: int) -> None:
         """Fire the timers of ``kind`` due at ``upto``, ordered by (deadline, key).
 
@@ -297,30 +171,20 @@ class OrderedApplier:
         the next opportunity (next watermark rise, or next batch), so a timeout that re-arms
         itself in the past cannot loop.
         """
-        heap = self._heaps[kind]
+        queue = self._timers[kind]
         due: list[tuple[int, str]] = []
-        while True:
-            self._refill(kind)
-            if not heap or heap[0][0] > upto:
-                break
-            deadline, key = heapq.heappop(heap)
-            entry = self._get(key)
-            if (
-                entry is not None
-                and entry.timer == deadline
-                and entry.timer_kind == kind
-                and (not due or due[-1] != (deadline, key))
-            ):
+        while queue.peek_due(upto) is not None:
+            deadline, key = queue.pop()
+            if is_live(self._get(key), deadline, kind) and (not due or due[-1] != (deadline, key)):
                 due.append((deadline, key))
         for deadline, key in due:
             if self.failed is not None:
                 return
             entry = self._get(key)
-            if entry is None or entry.timer != deadline or entry.timer_kind != kind:
-                continue
-            self._timeout(key, entry)
+            if entry is not None and is_live(entry, deadline, kind):
+                self._timeout(key, entry)
         if kind == EVENT_TIME:
-            self._et_hint = self._hint(EVENT_TIME)
+            self._et_hint = queue.hint()
 
     def _timeout(self, key: str, entry: KeyEntry) -> None:
         ctx = self.ctx
@@ -364,31 +228,13 @@ class OrderedApplier:
                 # set by on_timeout during a release pass: waits for the next rise
                 self._defer.append((deadline, key))
                 return
-            heapq.heappush(self._heaps[kind], (deadline, key))
+            self._timers[kind].push(deadline, key)
             if kind == EVENT_TIME and (self._et_hint is None or deadline < self._et_hint):
                 self._et_hint = deadline
         elif op == TIMER_CLEAR:
             entry.timer = None
 
     # -- outputs and violations --------------------------------------------------------------
-
-    def _emit(self, rows: list[Any], offset: int) -> None:
-        if rows:
-            self.rows.extend(rows)
-            self.row_offsets.extend([offset] * len(rows))
-
-    def _record_event(self, event: ViolationEvent) -> None:
-        self.violation_counts[event.rule] = self.violation_counts.get(event.rule, 0) + 1
-        if self.max_events is None or len(self.violations) < self.max_events:
-            self.violations.append(event)
-
-    def _bug(self, exc: BaseException, key: str | None, offset: int, where: str) -> None:
-        detail = f"{type(self.processor).__name__}.{where} raised {type(exc).__name__}: {exc}"
-        event = ViolationEvent(
-            self.topic, self.partition, offset, key, PROCESSOR_ERROR, detail, "fail"
-        )
-        self._record_event(event)
-        self.failed = event
 
     def _violation(
         self,
@@ -424,25 +270,29 @@ class OrderedApplier:
 
     # -- the main loop -----------------------------------------------------------------------
 
-    def apply(self, records: Iterable[RecordTuple]) -> None:
-        """Apply records of this topic-partition, in offset order. Stops at a ``fail``."""
+    def apply(self, records: Iterable[RecordTuple] | Iterable[WatermarkedRecord]) -> None:
+        """Apply records of this topic-partition, in offset order. Stops at a ``fail``.
+
+        In external-watermark mode every record is a :data:`WatermarkedRecord`.
+        """
         if self.failed is not None:
-            return
-        if self._fuzzy or self._external_wm:
-            self._apply_general(records)
             return
         processor = self.processor
         decode = self.codec.decode
         ctx = self.ctx
         meta = self.meta
-        counters = self.counters
         custom_event_time = self._custom_event_time
         lateness = self._lateness
+        external = self._external_wm
+        fuzzy = self._fuzzy
+        apply_msg = self._apply_msg
         last = meta.last_offset
         consumed = 0
         replayed = 0
+        tuples: Iterable[tuple[Any, ...]] = records  # 5 or 6 long (external watermark)
         try:
-            for offset, kafka_key, value, ts_us, headers in records:
+            for rec in tuples:
+                offset: int = rec[0]
                 if offset <= last:
                     replayed += 1
                     continue
@@ -450,7 +300,10 @@ class OrderedApplier:
                 consumed += 1
                 if self.first_offset is None:
                     self.first_offset = offset
-                ctx.set_record(offset, kafka_key, ts_us, headers)
+                kafka_key: bytes | None = rec[1]
+                value: bytes | None = rec[2]
+                ts_us: int | None = rec[3]
+                ctx.set_record(offset, kafka_key, ts_us, rec[4])
                 key: str | None = None
                 try:
                     msg = decode(value, kafka_key)
@@ -465,28 +318,41 @@ class OrderedApplier:
                         event_us = None if when is None else to_micros(when)
                     else:
                         event_us = ts_us
-                    if event_us is not None and (
+                    watermark: int | None = None
+                    if external:
+                        watermark = rec[5]
+                        if watermark is not None:
+                            base = watermark + lateness
+                            if meta.max_event_us is None or base > meta.max_event_us:
+                                meta.max_event_us = base
+                    elif event_us is not None and (
                         meta.max_event_us is None or event_us > meta.max_event_us
                     ):
                         meta.max_event_us = event_us
                         watermark = event_us - lateness
+                    if watermark is not None and (
+                        ctx._watermark_us is None or watermark > ctx._watermark_us
+                    ):
                         ctx._watermark_us = watermark
                         hint = self._et_hint
-                        if hint is not None and watermark >= hint:
-                            self._fire_due(EVENT_TIME, watermark)
+                        if fuzzy is not None or (hint is not None and watermark >= hint):
+                            self._advance(watermark)
                             if self.failed is not None:
                                 break
-                            ctx.set_record(offset, kafka_key, ts_us, headers)
+                            ctx.set_record(offset, kafka_key, ts_us, rec[4])
                     key = processor.key(msg)
-                    self._apply_msg(key, msg, offset, kafka_key, value, ts_us, event_us)
+                    if fuzzy is not None:
+                        fuzzy.arrive(key, offset, kafka_key, value, ts_us, rec[4], event_us)
+                    else:
+                        apply_msg(key, msg, offset, kafka_key, value, ts_us, event_us)
                 except Exception as exc:
                     self._bug(exc, key, offset, "process")
                 if self.failed is not None:
                     break
         finally:
             meta.last_offset = last
-            counters["records"] += consumed
-            counters["replayed"] += replayed
+            self.counters["records"] += consumed
+            self.counters["replayed"] += replayed
 
     def _apply_msg(
         self,
@@ -591,7 +457,7 @@ class OrderedApplier:
         if self.failed is None:
             self._fire_due(PROCESSING_TIME, self.processing_us)
 
-    # -- fuzzy tier and external watermarks --------------------------------------------------
+    # -- undecodable records, ignored keys, the fuzzy tier ------------------------------
 
     def _undecodable(
         self,
@@ -620,176 +486,11 @@ class OrderedApplier:
             return True
         return False
 
-    def _apply_general(self, records: Iterable[Any]) -> None:
-        """The loop for the fuzzy tier and for records carrying their partition's watermark."""
-        processor = self.processor
-        decode = self.codec.decode
-        ctx = self.ctx
-        meta = self.meta
-        custom_event_time = self._custom_event_time
-        lateness = self._lateness
-        external = self._external_wm
-        fuzzy = self._fuzzy
-        last = meta.last_offset
-        consumed = 0
-        replayed = 0
-        try:
-            for rec in records:
-                offset, kafka_key, value, ts_us, headers = rec[0], rec[1], rec[2], rec[3], rec[4]
-                if offset <= last:
-                    replayed += 1
-                    continue
-                last = offset
-                consumed += 1
-                if self.first_offset is None:
-                    self.first_offset = offset
-                ctx.set_record(offset, kafka_key, ts_us, headers)
-                key: str | None = None
-                try:
-                    msg = decode(value, kafka_key)
-                except DecodeError as exc:
-                    self._undecodable(exc, offset, kafka_key, value, ts_us)
-                    if self.failed is not None:
-                        break
-                    continue
-                try:
-                    if custom_event_time:
-                        when = processor.event_time(msg, ctx)
-                        event_us = None if when is None else to_micros(when)
-                    else:
-                        event_us = ts_us
-                    watermark: int | None = None
-                    if external:
-                        watermark = rec[5]
-                        if watermark is not None:
-                            base = watermark + lateness
-                            if meta.max_event_us is None or base > meta.max_event_us:
-                                meta.max_event_us = base
-                    elif event_us is not None and (
-                        meta.max_event_us is None or event_us > meta.max_event_us
-                    ):
-                        meta.max_event_us = event_us
-                        watermark = event_us - lateness
-                    if watermark is not None and (
-                        ctx._watermark_us is None or watermark > ctx._watermark_us
-                    ):
-                        ctx._watermark_us = watermark
-                        self._advance(watermark)
-                        if self.failed is not None:
-                            break
-                        ctx.set_record(offset, kafka_key, ts_us, headers)
-                    key = processor.key(msg)
-                    if fuzzy:
-                        self._arrive(key, offset, kafka_key, value, ts_us, headers, event_us)
-                    else:
-                        self._apply_msg(key, msg, offset, kafka_key, value, ts_us, event_us)
-                except Exception as exc:
-                    self._bug(exc, key, offset, "process")
-                if self.failed is not None:
-                    break
-        finally:
-            meta.last_offset = last
-            self.counters["records"] += consumed
-            self.counters["replayed"] += replayed
-
-    def _arrive(
-        self,
-        key: str,
-        offset: int,
-        kafka_key: bytes | None,
-        value: bytes | None,
-        ts_us: int | None,
-        headers: Any,
-        event_us: int | None,
-    ) -> None:
-        """Fuzzy tier: a decoded record joins the reorder buffer, or is late."""
-        if event_us is None:
-            if not self._skip_ignored(key):
-                self._violation(
-                    "missing_event_time",
-                    "the record has no event time (fuzzy tier orders by event time)",
-                    key,
-                    offset,
-                    value,
-                    ts_us,
-                    kafka_key,
-                )
-            return
-        watermark = self.ctx._watermark_us
-        if watermark is not None and event_us < watermark:
-            if not self._skip_ignored(key):
-                self._violation(
-                    "late",
-                    f"event time {from_micros(event_us).isoformat()} is behind the "
-                    f"watermark {from_micros(watermark).isoformat()}",
-                    key,
-                    offset,
-                    value,
-                    ts_us,
-                    kafka_key,
-                )
-            return
-        assert self._buffer is not None
-        self._buffer.push((event_us, offset, kafka_key, value, ts_us, headers))
-        if watermark is not None and event_us <= watermark:
-            self._advance(watermark)
-
     def _advance(self, watermark: int) -> None:
         """The watermark reached ``watermark``: fire event-time timers (and release records)."""
-        buffer = self._buffer
-        if buffer is None:
-            hint = self._et_hint
-            if hint is not None and watermark >= hint:
-                self._fire_due(EVENT_TIME, watermark)
+        if self._fuzzy is not None:
+            self._fuzzy.advance(watermark)
             return
-        # Fuzzy: timers and buffered records merged by time (a timer before a record of the
-        # same time, so a window closes before the next window's first record). Timers set
-        # by process during the pass join it; timers set by on_timeout wait for the next rise.
-        deferred: list[tuple[int, str]] = []
-        try:
-            while self.failed is None:
-                timer = self._next_timer(watermark)
-                head = buffer.head_time()
-                if timer is None and (head is None or head > watermark):
-                    break
-                if timer is not None and (head is None or head > watermark or timer[0] <= head):
-                    heapq.heappop(self._heaps[EVENT_TIME])
-                    entry = self._get(timer[1])
-                    assert entry is not None
-                    self._defer = deferred
-                    try:
-                        self._timeout(timer[1], entry)
-                    finally:
-                        self._defer = None
-                else:
-                    self._release(buffer.pop())
-        finally:
-            for item in deferred:
-                heapq.heappush(self._heaps[EVENT_TIME], item)
-            self._et_hint = self._hint(EVENT_TIME)
-
-    def _next_timer(self, upto: int) -> tuple[int, str] | None:
-        """The earliest live event-time timer due at ``upto`` (left on the heap)."""
-        heap = self._heaps[EVENT_TIME]
-        while True:
-            self._refill(EVENT_TIME)
-            if not heap or heap[0][0] > upto:
-                return None
-            deadline, key = heap[0]
-            entry = self._get(key)
-            if entry is not None and entry.timer == deadline and entry.timer_kind == EVENT_TIME:
-                return heap[0]
-            heapq.heappop(heap)
-
-    def _release(self, item: Buffered) -> None:
-        """Process a buffered record (its turn in event-time order has come)."""
-        event_us, offset, kafka_key, value, ts_us, headers = item
-        ctx = self.ctx
-        ctx.set_record(offset, kafka_key, ts_us, headers)
-        key: str | None = None
-        try:
-            msg = self.codec.decode(value, kafka_key)
-            key = self.processor.key(msg)
-            self._apply_msg(key, msg, offset, kafka_key, value, ts_us, event_us)
-        except Exception as exc:
-            self._bug(exc, key, offset, "process")
+        hint = self._et_hint
+        if hint is not None and watermark >= hint:
+            self._fire_due(EVENT_TIME, watermark)

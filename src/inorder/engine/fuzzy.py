@@ -10,16 +10,25 @@ The buffer is part of the partition's state: it is stored under the reserved key
 batch (so it is versioned by batch id and survives crashes exactly like them). That entry is
 marked ``ignored`` with no state object, and its records travel in the entry's raw-bytes
 column (``kafka_key``) as MessagePack: the user's state codec never sees it.
+
+:class:`FuzzyTier` is the applier's part of the tier: arrivals, and the release of buffered
+records merged with event-time timers as the watermark rises.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from inorder.engine.context import EVENT_TIME, from_micros
+from inorder.engine.timers import is_live
 from inorder.state.entry import KeyEntry
+
+if TYPE_CHECKING:
+    from inorder.engine.apply import OrderedApplier
+    from inorder.state.entry import StateView
 
 #: The reserved state key holding a partition's reorder buffer (NUL: never a user key).
 REORDER_KEY = "\x00inorder.reorder"
@@ -93,3 +102,119 @@ class ReorderBuffer:
 
     def __len__(self) -> int:
         return len(self.heap)
+
+
+class FuzzyTier:
+    """The fuzzy tier inside one :class:`~inorder.engine.apply.OrderedApplier`."""
+
+    def __init__(self, applier: OrderedApplier, view: StateView) -> None:
+        self._applier = applier
+        self.buffer = ReorderBuffer.from_entry(view.load(REORDER_KEY))
+
+    def changes(self) -> dict[str, KeyEntry | None]:
+        """The buffer's own state entry to write back, when it changed."""
+        buffer = self.buffer
+        if buffer.dirty:
+            entry = buffer.to_entry()
+            if entry is not None or buffer.existed:
+                return {REORDER_KEY: entry}
+        return {}
+
+    def arrive(
+        self,
+        key: str,
+        offset: int,
+        kafka_key: bytes | None,
+        value: bytes | None,
+        ts_us: int | None,
+        headers: Any,
+        event_us: int | None,
+    ) -> None:
+        """A decoded record joins the reorder buffer, or is late."""
+        applier = self._applier
+        if event_us is None:
+            if not applier._skip_ignored(key):
+                applier._violation(
+                    "missing_event_time",
+                    "the record has no event time (fuzzy tier orders by event time)",
+                    key,
+                    offset,
+                    value,
+                    ts_us,
+                    kafka_key,
+                )
+            return
+        watermark = applier.ctx._watermark_us
+        if watermark is not None and event_us < watermark:
+            if not applier._skip_ignored(key):
+                applier._violation(
+                    "late",
+                    f"event time {from_micros(event_us).isoformat()} is behind the "
+                    f"watermark {from_micros(watermark).isoformat()}",
+                    key,
+                    offset,
+                    value,
+                    ts_us,
+                    kafka_key,
+                )
+            return
+        self.buffer.push((event_us, offset, kafka_key, value, ts_us, headers))
+        if watermark is not None and event_us <= watermark:
+            self.advance(watermark)
+
+    def advance(self, watermark: int) -> None:
+        """The watermark reached ``watermark``: release records and fire event-time timers.
+
+        Timers and buffered records are merged by time (a timer before a record of the same
+        time, so a window closes before the next window's first record). Timers set by
+        ``process`` during the pass join it; timers set by ``on_timeout`` wait for the next
+        rise, so a timeout that re-arms itself in the past cannot loop.
+        """
+        applier = self._applier
+        buffer = self.buffer
+        queue = applier._timers[EVENT_TIME]
+        deferred: list[tuple[int, str]] = []
+        try:
+            while applier.failed is None:
+                timer = self._next_timer(watermark)
+                head = buffer.head_time()
+                if timer is None and (head is None or head > watermark):
+                    break
+                if timer is not None and (head is None or head > watermark or timer[0] <= head):
+                    queue.pop()
+                    entry = applier._get(timer[1])
+                    assert entry is not None
+                    applier._defer = deferred
+                    try:
+                        applier._timeout(timer[1], entry)
+                    finally:
+                        applier._defer = None
+                else:
+                    self._release(buffer.pop())
+        finally:
+            for deadline, key in deferred:
+                queue.push(deadline, key)
+            applier._et_hint = queue.hint()
+
+    def _next_timer(self, upto: int) -> tuple[int, str] | None:
+        """The earliest live event-time timer due at ``upto`` (left in the queue)."""
+        applier = self._applier
+        queue = applier._timers[EVENT_TIME]
+        while (top := queue.peek_due(upto)) is not None:
+            if is_live(applier._get(top[1]), top[0], EVENT_TIME):
+                return top
+            queue.pop()
+        return None
+
+    def _release(self, item: Buffered) -> None:
+        """Process a buffered record (its turn in event-time order has come)."""
+        event_us, offset, kafka_key, value, ts_us, headers = item
+        applier = self._applier
+        applier.ctx.set_record(offset, kafka_key, ts_us, headers)
+        key: str | None = None
+        try:
+            msg = applier.codec.decode(value, kafka_key)
+            key = applier.processor.key(msg)
+            applier._apply_msg(key, msg, offset, kafka_key, value, ts_us, event_us)
+        except Exception as exc:
+            applier._bug(exc, key, offset, "process")

@@ -32,10 +32,10 @@ from typing import Any, get_args, get_type_hints
 import pyarrow as pa
 
 from inorder.codecs.base import Codec
-from inorder.engine.apply import ViolationEvent
 from inorder.engine.reference import raise_failure
 from inorder.engine.results import RESULT_DDL, TaskResult, result_of
 from inorder.engine.task import INPUT_EXPRS, TaskSpec, run_task
+from inorder.engine.violations import ViolationEvent
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.processor import Processor, processor_types

@@ -20,14 +20,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from inorder.codecs.base import Codec
-from inorder.engine.apply import (
-    PROCESSOR_ERROR,
-    DeadLetter,
-    OrderedApplier,
-    RecordTuple,
-    ViolationEvent,
-)
+from inorder.engine.apply import OrderedApplier, RecordTuple
 from inorder.engine.context import to_micros
+from inorder.engine.violations import PROCESSOR_ERROR, DeadLetter, ViolationEvent
 from inorder.errors import InorderError, IntegrityError
 from inorder.integrity import Integrity
 from inorder.processor import Processor, processor_types
@@ -36,7 +31,7 @@ from inorder.state.entry import KeyEntry, PartitionMeta
 
 
 class DictStateView:
-    """A :class:`~inorder.engine.apply.StateView` over a plain dict of committed entries."""
+    """A :class:`~inorder.state.entry.StateView` over a plain dict of committed entries."""
 
     def __init__(self, entries: dict[str, KeyEntry]) -> None:
         self._entries = entries

@@ -18,7 +18,7 @@ import msgspec
 import pyarrow as pa
 
 from inorder.ddl import arrow_ddl
-from inorder.engine.apply import PROCESSOR_ERROR, ViolationEvent
+from inorder.engine.violations import PROCESSOR_ERROR, ViolationEvent
 from inorder.sinks.base import WrittenFile
 
 

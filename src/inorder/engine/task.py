@@ -23,8 +23,9 @@ import pyarrow.compute as pc
 
 from inorder._worker import freeze_worker_heap
 from inorder.codecs.base import Codec
-from inorder.engine.apply import DeadLetter, OrderedApplier, RecordTuple, ViolationEvent
+from inorder.engine.apply import OrderedApplier, RecordTuple
 from inorder.engine.results import RESULT_SCHEMA, ResultFile, TaskResult, result_row
+from inorder.engine.violations import DeadLetter, ViolationEvent
 from inorder.integrity import Integrity
 from inorder.processor import Processor
 from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS, TopicPartition
@@ -148,7 +149,7 @@ class _PartitionWork:
             try:
                 self.flush(force=True)
             except Exception as exc:  # an output row that does not fit the schema is a bug
-                from inorder.engine.apply import PROCESSOR_ERROR
+                from inorder.engine.violations import PROCESSOR_ERROR
 
                 failed = ViolationEvent(
                     self.tp.topic,

@@ -41,11 +41,12 @@ import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from inorder.ddl import arrow_ddl
-from inorder.engine.apply import PROCESSOR_ERROR, OrderedApplier, ViolationEvent
+from inorder.engine.apply import OrderedApplier
 from inorder.engine.context import EVENT_TIME, PROCESSING_TIME, delta_micros
 from inorder.engine.keygroups import streaming_batch_id
 from inorder.engine.results import RESULT_SCHEMA, TaskResult, failure_result, result_row
 from inorder.engine.task import TaskSpec, _headers_of_json, task_result, write_dead_letters
+from inorder.engine.violations import PROCESSOR_ERROR, ViolationEvent
 from inorder.records import TopicPartition
 from inorder.sinks.base import BatchWriter, WrittenFile
 from inorder.state.cache import entry_row
@@ -88,7 +89,7 @@ def _min(a: int | None, b: int | None) -> int | None:
 
 
 class MapStateView:
-    """The applier's :class:`~inorder.engine.apply.StateView` over a group's MapState.
+    """The applier's :class:`~inorder.state.entry.StateView` over a group's MapState.
 
     ``load`` reads one key (one state-server round trip). ``timers_after`` answers from a
     timer index built by scanning the map once, and only when a stored timer can be due in
@@ -333,7 +334,7 @@ class GroupProcessor(StatefulProcessor):
         started = time.perf_counter()
         if records:
             applier.apply(  # records carry their watermark (external-watermark mode)
-                (  # type: ignore[misc]
+                (
                     r.offset,
                     r.key,
                     r.value,

@@ -20,8 +20,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from inorder.engine.apply import OrderedApplier, ViolationEvent
+from inorder.engine.apply import OrderedApplier
 from inorder.engine.reference import DictStateView
+from inorder.engine.violations import ViolationEvent
 from inorder.ops.batchlog import BatchLog, Segment
 from inorder.ops.records import read_chunks
 from inorder.ops.target import OpsTarget

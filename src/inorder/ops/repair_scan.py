@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inorder.codecs.base import DecodeError
-from inorder.engine.apply import OrderedApplier, RecordTuple, ViolationEvent
+from inorder.engine.apply import OrderedApplier, RecordTuple
+from inorder.engine.violations import ViolationEvent
 from inorder.ops.batchlog import BatchLog, Segment
 from inorder.ops.recompute import plan_segments
 from inorder.ops.records import read_chunks

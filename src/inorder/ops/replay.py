@@ -26,8 +26,9 @@ from typing import Any, TextIO
 import msgspec
 
 from inorder.codecs.base import DecodeError
-from inorder.engine.apply import OrderedApplier, RecordTuple, ViolationEvent
+from inorder.engine.apply import OrderedApplier, RecordTuple
 from inorder.engine.context import from_micros
+from inorder.engine.violations import ViolationEvent
 from inorder.errors import ConfigError, InorderError
 from inorder.ops.batchlog import Segment, load_batch_log
 from inorder.ops.recompute import plan_segments

@@ -19,6 +19,7 @@ from inorder.durations import parse_duration
 from inorder.errors import ConfigError
 from inorder.integrity import POLICIES, Integrity
 from inorder.pipeline.settings import SECTIONS
+from inorder.processor import Processor
 
 Config = dict[str, dict[str, Any]]
 
@@ -182,7 +183,7 @@ def import_reference(reference: str, what: str) -> Any:
     return target
 
 
-def _make_processor(config: Config) -> Any:
+def _make_processor(config: Config) -> Processor[Any, Any, Any]:
     spec = config["processor"]
     options = dict(spec["options"])
     if spec["type"] == "sessions":
@@ -194,9 +195,15 @@ def _make_processor(config: Config) -> Any:
     else:
         factory = import_reference(spec["type"], "processor.type")
     try:
-        return factory(**options)
+        processor = factory(**options)
     except TypeError as exc:
         raise ConfigError(f"processor.options: {exc}") from None
+    if not isinstance(processor, Processor):
+        raise ConfigError(
+            f"processor.type: {spec['type']!r} made a {type(processor).__name__}, "
+            "not a subclass of inorder.Processor"
+        )
+    return processor
 
 
 def _make_codec(config: Config, processor: Any) -> Any:
@@ -216,12 +223,11 @@ def _make_codec(config: Config, processor: Any) -> Any:
     return codec() if isinstance(codec, type) else codec
 
 
-def _make_integrity(config: Config, processor: Any) -> Integrity | None:
+def _make_integrity(config: Config, processor: Processor[Any, Any, Any]) -> Integrity | None:
     spec = config["integrity"]
     if not spec["tier"] and not spec["on_violation"] and not spec["sequence_field"]:
         return None
-    default = getattr(processor, "default_integrity", None)
-    base: Integrity = default() if callable(default) else Integrity.strict()
+    base = processor.default_integrity() or Integrity.strict()
     return Integrity(
         tier=spec["tier"] or base.tier,
         on_violation=spec["on_violation"] or base.on_violation,

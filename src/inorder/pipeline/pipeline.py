@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
+from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.processor import Msg, Out, Processor, State
 from inorder.sinks.base import Sink
@@ -68,6 +69,11 @@ class Pipeline(Generic[Msg, State, Out]):
     materialize_every: int | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.processor, Processor):
+            raise ConfigError(
+                f"processor: a {type(self.processor).__name__} is not an inorder.Processor "
+                "(subclass Processor[Msg, State, Out])"
+            )
         # Under the dead_letter policy records must land somewhere durable: by default in a
         # dataset of the output's kind beside it (not inside it, where a reader's glob of the
         # output would pick the dead letters up). A sink without a path gets none; the
@@ -86,10 +92,9 @@ class Pipeline(Generic[Msg, State, Out]):
         """The codec to use: given, the processor's default, or JSON into its message type."""
         if self.codec is not None:
             return self.codec
-        default = getattr(self.processor, "default_codec", None)
-        if callable(default):
-            codec: Codec[Msg] = default()
-            return codec
+        own = self.processor.default_codec()
+        if own is not None:
+            return own
         from inorder.codecs.json import JsonCodec
         from inorder.processor import processor_types
 
@@ -101,11 +106,7 @@ class Pipeline(Generic[Msg, State, Out]):
         """The integrity to enforce: given, the processor's default, or strict/fail."""
         if self.integrity is not None:
             return self.integrity
-        default = getattr(self.processor, "default_integrity", None)
-        if callable(default):
-            integrity: Integrity = default()
-            return integrity
-        return Integrity.strict()
+        return self.processor.default_integrity() or Integrity.strict()
 
     def run(self, **runner_options: Any) -> RunSummary:
         """Run until the trigger says stop (available-now/once) or a signal; return a summary."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 
 class KeyEntry:
@@ -75,3 +75,17 @@ class PartitionMeta:
         """Inverse of :meth:`to_json`."""
         mx = data.get("max_event_us")
         return cls(int(data.get("last_offset", -1)), None if mx is None else int(mx))
+
+
+class StateView(Protocol):
+    """Read access to the committed state of one topic-partition (before this batch)."""
+
+    def load(self, key: str) -> KeyEntry | None:
+        """The entry of ``key``, or ``None`` when the key has none."""
+        ...
+
+    def timers_after(
+        self, kind: int, after: tuple[int, str] | None, limit: int
+    ) -> list[tuple[int, str]]:
+        """Up to ``limit`` timers ``(deadline, key)`` of ``kind`` after ``after``, in order."""
+        ...

@@ -77,7 +77,7 @@ class StoreStats:
 
 
 class CacheView:
-    """The engine's :class:`~inorder.engine.apply.StateView` over a local cache."""
+    """The engine's :class:`~inorder.state.entry.StateView` over a local cache."""
 
     def __init__(self, cache: LocalCache, state_codec: Any) -> None:
         self._cache = cache

@@ -1,0 +1,53 @@
+"""What the ordered apply of one topic-partition produced in one micro-batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inorder.engine.violations import PROCESSOR_ERROR, DeadLetter, ViolationEvent
+
+
+class ApplyResults:
+    """The outcome of applying one topic-partition's records for one batch.
+
+    :attr:`rows` with :attr:`row_offsets` (the origin offset of each row), :attr:`violations`
+    (at most ``max_events`` of them, all counted in :attr:`violation_counts`),
+    :attr:`dead_letters`, :attr:`counters`, :attr:`first_offset` (the first record consumed)
+    and :attr:`failed` (the event that stopped the partition, if any).
+    """
+
+    def __init__(
+        self, topic: str, partition: int, processor_name: str, max_events: int | None
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.max_events = max_events
+        self._processor_name = processor_name
+        self.rows: list[Any] = []
+        self.row_offsets: list[int] = []
+        self.violations: list[ViolationEvent] = []
+        self.dead_letters: list[DeadLetter] = []
+        self.violation_counts: dict[str, int] = {}
+        self.counters: dict[str, int] = {"records": 0, "replayed": 0, "ignored": 0, "timeouts": 0}
+        self.failed: ViolationEvent | None = None
+        self.first_offset: int | None = None
+
+    def _emit(self, rows: list[Any], offset: int) -> None:
+        if rows:
+            self.rows.extend(rows)
+            self.row_offsets.extend([offset] * len(rows))
+
+    def _record_event(self, event: ViolationEvent) -> None:
+        self.violation_counts[event.rule] = self.violation_counts.get(event.rule, 0) + 1
+        if self.max_events is None or len(self.violations) < self.max_events:
+            self.violations.append(event)
+
+    def _bug(self, exc: BaseException, key: str | None, offset: int, where: str) -> None:
+        """User code raised something other than a Violation: a bug, which stops the
+        partition whatever the policy (skipping records because of it would lose them)."""
+        detail = f"{self._processor_name}.{where} raised {type(exc).__name__}: {exc}"
+        event = ViolationEvent(
+            self.topic, self.partition, offset, key, PROCESSOR_ERROR, detail, "fail"
+        )
+        self._record_event(event)
+        self.failed = event
