@@ -20,8 +20,6 @@ The pipeline must be stopped meanwhile (its writer owns pending batch manifests)
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -179,13 +177,11 @@ def _delete_parquet(
 ) -> None:
     from inorder.sinks.commit_log import (
         COMPACTIONS_DIR,
-        STAGED_SUFFIX,
         complete_manifest,
         list_records,
         load_state,
-        manifest_name,
     )
-    from inorder.sinks.compaction import clean_stale_staging, staging_dir
+    from inorder.sinks.compaction import StagedRecord, clean_stale_staging, remove_replaced
     from inorder.sinks.parquet import ParquetSink
 
     loc = stored(sink).location
@@ -197,11 +193,9 @@ def _delete_parquet(
     state = load_state(loc)
     comp_ids, _, _ = list_records(loc, COMPACTIONS_DIR)
     seq = (comp_ids[-1] + 1) if comp_ids else 0
-    staging = staging_dir("r", seq)
     replaces: list[str] = []
-    entries: list[dict[str, Any]] = []
     deleted = 0
-    try:
+    with StagedRecord(loc, "repair", seq, compression) as record:
         for live in state.files.values():
             full = loc.join(live.path)
             columns = [
@@ -219,54 +213,23 @@ def _delete_parquet(
                 result.files_removed += 1
                 continue
             directory, _, _ = live.path.rpartition("/")
-            stem = f"repaired-{seq:010d}-{len(entries):05d}"
-            staged = "/".join(p for p in (staging, directory, stem + STAGED_SUFFIX) if p)
-            target = loc.join(staged)
-            if not loc.is_s3:
-                loc.filesystem.create_dir(target.rsplit("/", 1)[0], recursive=True)
-            with loc.filesystem.open_output_stream(target) as out:
-                pq.write_table(kept, out, compression=compression)
-            entries.append(
-                {
-                    "staged": staged,
-                    "final": "/".join(p for p in (directory, stem + ".parquet") if p),
-                    "rows": kept.num_rows,
-                    "size_bytes": int(loc.filesystem.get_file_info(target).size or 0),
-                    "partition_values": live.partition_values,
-                }
-            )
+            stem = f"repaired-{seq:010d}-{len(record.files):05d}"
+            record.stage(kept, directory, stem, live.partition_values)
             result.files_rewritten += 1
         if deleted != result.rows:  # the count and the files disagree: change nothing
             raise InorderError(
                 f"{loc.uri}: files hold {deleted} rows to delete, the committed view "
                 f"counted {result.rows}; nothing changed (is the pipeline still running?)"
             )
-        manifest = {
-            "format": 1,
-            "kind": "repair",
-            "seq": seq,
-            "created_at": time.time(),
-            "starts": {str(tp): s for tp, s in sorted(starts.items())},
-            "replaces": replaces,
-            "files": entries,
-        }
-        rel = f"{COMPACTIONS_DIR}/{manifest_name(seq)}"
-        try:
-            sfs.put_if_absent(loc, loc.join(rel), json.dumps(manifest).encode())
-        except sfs.AlreadyExists:
-            raise InorderError(
+        rel = record.commit(
+            replaces,
+            taken=InorderError(
                 f"{loc.uri}: a compaction committed #{seq} meanwhile; run the repair again"
-            ) from None
-    except BaseException:
-        sfs.delete_dir_quietly(loc, loc.join(staging))
-        for info in sfs.list_files(loc, loc.join(staging), recursive=True):
-            sfs.delete_quietly(loc, info.path)
-        raise
-    complete_manifest(loc, rel)
-    sfs.delete_dir_quietly(loc, loc.join(staging))
-    for old in replaces:
-        sfs.delete_quietly(loc, loc.join(old))
-    base = loc.join(COMPACTIONS_DIR, manifest_name(seq).removesuffix(".json"))
-    sfs.write_bytes(loc, base + ".cleaned", b"{}")
+            ),
+            starts={str(tp): s for tp, s in sorted(starts.items())},
+        )
+    # The replaced files hold exactly the rows being removed: listing readers must stop
+    # seeing them now, not after a grace period.
+    remove_replaced(loc, seq, replaces)
     clean_stale_staging(loc, state.compaction_floor)  # left by killed repairs or compactions
     result.detail = rel

@@ -32,11 +32,13 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from inorder.errors import InorderError
 from inorder.sinks.base import SinkError
 from inorder.sinks.commit_log import (
     COMPACTIONS_DIR,
@@ -150,9 +152,7 @@ def _rewrite(
     seq: int,
     compression: str,
 ) -> None:
-    staging = staging_dir("c", seq)
-    entries = []
-    try:
+    with StagedRecord(location, "compaction", seq, compression) as record:
         for n, group in enumerate(groups):
             pdir = partition_dir(partition_by, group[0].partition_values)
             tables = [
@@ -165,46 +165,131 @@ def _rewrite(
                     f"{location.uri}: files of {pdir or 'the dataset'} hold {table.num_rows} "
                     f"rows, manifests say {rows}; not compacting"
                 )
-            stem = f"compacted-{seq:010d}-{n:05d}"
-            staged = "/".join(p for p in (staging, pdir, stem + STAGED_SUFFIX) if p)
-            final = "/".join(p for p in (pdir, stem + ".parquet") if p)
-            full = location.join(staged)
-            if not location.is_s3:
-                location.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
-            with location.filesystem.open_output_stream(full) as out:
-                pq.write_table(table, out, compression=compression)
-            size = location.filesystem.get_file_info(full).size
-            entries.append(
-                {
-                    "staged": staged,
-                    "final": final,
-                    "rows": rows,
-                    "size_bytes": int(size or 0),
-                    "partition_values": group[0].partition_values,
-                }
-            )
+            record.stage(table, pdir, f"compacted-{seq:010d}-{n:05d}", group[0].partition_values)
+        record.commit(
+            [f.path for g in groups for f in g],
+            taken=SinkError(
+                f"{location.uri}: another compaction committed #{seq} first; run again"
+            ),
+        )
+
+
+class StagedRecord:
+    """Record ``seq`` of ``_inorder/compactions`` (a compaction or an output repair) in the
+    making: its new files are staged apart, then one manifest created if absent commits them.
+
+    Used around the work that writes the files::
+
+        with StagedRecord(location, "repair", seq, compression) as record:
+            record.stage(table, directory, stem, partition_values)  # per new file
+            record.commit(replaces, taken=InorderError(...))
+
+    Before :meth:`commit` creates ``_inorder/compactions/<seq:020d>.json`` (the commit
+    point), an exception deletes every staged file. Leaving the block after the commit
+    publishes the new files and marks the record done (:func:`complete_manifest`); if that
+    fails, or the block raises after the commit, the staged files stay: the manifest names
+    them and the next compaction or repair finishes the publication.
+    """
+
+    def __init__(
+        self,
+        location: sfs.Location,
+        kind: Literal["compaction", "repair"],
+        seq: int,
+        compression: str,
+    ) -> None:
+        self.location = location
+        self.kind = kind
+        self.seq = seq
+        self.compression = compression
+        self.staging = staging_dir(kind[0], seq)
+        """Relative path of this run's staging directory (``c<seq>-<id>`` or ``r<seq>-<id>``)."""
+        self.rel = f"{COMPACTIONS_DIR}/{manifest_name(seq)}"
+        """Relative path of the manifest."""
+        self.files: list[dict[str, Any]] = []
+        """The manifest's ``files`` entries, one per staged file."""
+        self._committed = False
+
+    def stage(
+        self,
+        table: pa.Table,
+        directory: str,
+        stem: str,
+        partition_values: Mapping[str, str | None],
+    ) -> None:
+        """Write ``table`` as a staged file to be published as ``<directory>/<stem>.parquet``."""
+        location = self.location
+        staged = "/".join(p for p in (self.staging, directory, stem + STAGED_SUFFIX) if p)
+        full = location.join(staged)
+        if not location.is_s3:
+            location.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
+        with location.filesystem.open_output_stream(full) as out:
+            pq.write_table(table, out, compression=self.compression)
+        self.files.append(
+            {
+                "staged": staged,
+                "final": "/".join(p for p in (directory, stem + ".parquet") if p),
+                "rows": table.num_rows,
+                "size_bytes": int(location.filesystem.get_file_info(full).size or 0),
+                "partition_values": partition_values,
+            }
+        )
+
+    def commit(self, replaces: list[str], taken: InorderError, **fields: Any) -> str:
+        """Create the manifest (the commit point): the staged files replace ``replaces``.
+
+        ``fields`` are recorded in the manifest too. ``taken`` is raised when another run
+        committed ``seq`` first. Returns the manifest's relative path.
+        """
         manifest = {
             "format": 1,
-            "kind": "compaction",
-            "seq": seq,
+            "kind": self.kind,
+            "seq": self.seq,
             "created_at": time.time(),
-            "replaces": [f.path for g in groups for f in g],
-            "files": entries,
+            **fields,
+            "replaces": replaces,
+            "files": self.files,
         }
-        rel = f"{COMPACTIONS_DIR}/{manifest_name(seq)}"
         try:
-            sfs.put_if_absent(location, location.join(rel), json.dumps(manifest).encode())
+            sfs.put_if_absent(
+                self.location, self.location.join(self.rel), json.dumps(manifest).encode()
+            )
         except sfs.AlreadyExists:
-            raise SinkError(
-                f"{location.uri}: another compaction committed #{seq} first; run again"
-            ) from None
-    except BaseException:
-        sfs.delete_dir_quietly(location, location.join(staging))
-        for info in sfs.list_files(location, location.join(staging), recursive=True):
-            sfs.delete_quietly(location, info.path)
-        raise
-    complete_manifest(location, rel)
-    sfs.delete_dir_quietly(location, location.join(staging))
+            raise taken from None
+        self._committed = True
+        return self.rel
+
+    def __enter__(self) -> StagedRecord:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        location = self.location
+        staging = location.join(self.staging)
+        if self._committed:
+            if exc_type is None:
+                complete_manifest(location, self.rel)
+                sfs.delete_dir_quietly(location, staging)
+            return
+        _delete_tree(location, staging)
+
+
+def _delete_tree(location: sfs.Location, path: str) -> None:
+    """Delete a staging directory and everything in it (on S3, also keys written meanwhile)."""
+    sfs.delete_dir_quietly(location, path)
+    for leftover in sfs.list_files(location, path, recursive=True):
+        sfs.delete_quietly(location, leftover.path)
+
+
+def remove_replaced(location: sfs.Location, seq: int, replaces: list[str]) -> None:
+    """Delete the files that record ``seq`` replaced, then mark the record cleaned."""
+    for rel in replaces:
+        sfs.delete_quietly(location, location.join(rel))
+    sfs.write_bytes(location, _record_base(location, seq) + ".cleaned", b"{}")
+
+
+def _record_base(location: sfs.Location, seq: int) -> str:
+    """Path of record ``seq``'s manifest without ``.json`` (``.done``/``.cleaned`` follow)."""
+    return location.join(COMPACTIONS_DIR, manifest_name(seq).removesuffix(".json"))
 
 
 def staging_dir(kind: str, seq: int) -> str:
@@ -257,10 +342,7 @@ def clean_stale_staging(location: sfs.Location, floor: int = -1) -> list[str]:
         of = _staging_seq(info.base_name)
         if of is None or of > newest or info.base_name in needed:
             continue
-        sfs.delete_dir_quietly(location, info.path)
-        if location.is_s3:
-            for leftover in sfs.list_files(location, info.path, recursive=True):
-                sfs.delete_quietly(location, leftover.path)
+        _delete_tree(location, info.path)
         deleted.append(f"{STAGING_DIR}/{info.base_name}")
     return deleted
 
@@ -273,9 +355,9 @@ def cleanup_parquet(location: sfs.Location, grace_seconds: float) -> list[str]:
     for seq in comp_ids:
         if seq not in done or seq in cleaned:
             continue
-        base = location.join(COMPACTIONS_DIR, manifest_name(seq).removesuffix(".json"))
         try:
-            done_at = json.loads(sfs.read_bytes(location, base + ".done")).get("done_at", 0.0)
+            marker = sfs.read_bytes(location, _record_base(location, seq) + ".done")
+            done_at = json.loads(marker).get("done_at", 0.0)
             if now - float(done_at) < grace_seconds:
                 continue
             manifest = read_manifest(location, f"{COMPACTIONS_DIR}/{manifest_name(seq)}")
@@ -283,10 +365,8 @@ def cleanup_parquet(location: sfs.Location, grace_seconds: float) -> list[str]:
             if is_not_found(exc):
                 continue  # cleaned by another compactor, then removed by a commit checkpoint
             raise
-        for rel in manifest["replaces"]:
-            sfs.delete_quietly(location, location.join(rel))
-            deleted.append(rel)
-        sfs.write_bytes(location, base + ".cleaned", b"{}")
+        remove_replaced(location, seq, manifest["replaces"])
+        deleted.extend(manifest["replaces"])
     return deleted
 
 
