@@ -30,10 +30,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from inorder.sinks.base import BatchWriter, Sink, SinkError, WrittenFile
+from inorder.sinks.base import BatchWriter, SinkError, WrittenFile
 from inorder.sinks.parquet import (
-    COMPRESSIONS,
     DEFAULT_TARGET_FILE_SIZE,
+    FileSink,
     ParquetBatchWriter,
     check_writable,
 )
@@ -94,7 +94,7 @@ class _DeltaWriter(BatchWriter):
         self._inner.abort()
 
 
-class DeltaSink(Sink):
+class DeltaSink(FileSink):
     """A Delta table committed exactly once per micro-batch (deltalake / delta-rs).
 
     ``app_id`` names the writing query in the table's application transactions: a table
@@ -116,19 +116,12 @@ class DeltaSink(Sink):
         compact: bool = False,
         table_properties: Mapping[str, str] | None = None,
     ) -> None:
-        if compression.lower() not in COMPRESSIONS:
-            raise SinkError(f"compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
-        self.path = str(path)
-        self.partition_by = list(partition_by)
-        self.storage_options = dict(storage_options) if storage_options else None
+        super().__init__(path, partition_by, compression, storage_options)
         self.app_id = app_id or DEFAULT_APP_ID
         self._explicit_app_id = app_id is not None
-        self.compression = compression.lower()
         self.target_file_size = int(target_file_size)
         self.compact = compact
         self.table_properties = dict(table_properties) if table_properties else None
-        self._location: sfs.Location | None = None
-        self._schema: pa.Schema | None = None
 
     def bind(self, owner: str) -> None:
         """Use the pipeline checkpoint's id as ``app_id`` (unless one was given)."""
@@ -136,34 +129,10 @@ class DeltaSink(Sink):
         if not self._explicit_app_id:
             self.app_id = f"inorder-{owner}"
 
-    def __repr__(self) -> str:
-        return f"DeltaSink({self.path!r}, partition_by={self.partition_by!r})"
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_location"] = None
-        return state
-
-    @property
-    def location(self) -> sfs.Location:
-        """The resolved table location."""
-        if self._location is None:
-            self._location = sfs.resolve(self.path, self.storage_options)
-        return self._location
-
     def describe(self) -> str:
         """One line for humans."""
         parts = f", partitioned by {', '.join(self.partition_by)}" if self.partition_by else ""
         return f"Delta table {self.path}{parts}"
-
-    def beside(self, suffix: str, partition_by: Sequence[str]) -> DeltaSink:
-        """A Delta table at ``path + suffix`` with this one's compression and storage options."""
-        return DeltaSink(
-            self.path.rstrip("/") + suffix,
-            partition_by,
-            storage_options=self.storage_options,
-            compression=self.compression,
-        )
 
     def _table(self) -> Any:
         from deltalake import DeltaTable

@@ -45,7 +45,7 @@ import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -110,6 +110,7 @@ __all__ = [
     "BatchIds",
     "CommitListing",
     "DatasetState",
+    "FileSink",
     "LiveFile",
     "ParquetBatchWriter",
     "ParquetSink",
@@ -153,7 +154,55 @@ from inorder.sinks.parquet_writer import (
 # -- the sink ----------------------------------------------------------------------------------
 
 
-class ParquetSink(Sink):
+class FileSink(Sink):
+    """What the Parquet and Delta sinks share: files under ``path`` (local or S3), partitioned
+    by ``partition_by``, compressed with ``compression``, reached with ``storage_options``.
+
+    The location is resolved on first use and never pickled: each executor resolves its own.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        partition_by: Sequence[str],
+        compression: str,
+        storage_options: Mapping[str, str] | None,
+    ) -> None:
+        if compression.lower() not in COMPRESSIONS:
+            raise SinkError(f"compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
+        self.path = str(path)
+        self.partition_by = list(partition_by)
+        self.compression = compression.lower()
+        self.storage_options = dict(storage_options) if storage_options else None
+        self._location: sfs.Location | None = None
+        self._schema: pa.Schema | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r}, partition_by={self.partition_by!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_location"] = None  # re-resolved on the executor
+        return state
+
+    @property
+    def location(self) -> sfs.Location:
+        """The resolved root (filesystem + path)."""
+        if self._location is None:
+            self._location = sfs.resolve(self.path, self.storage_options)
+        return self._location
+
+    def beside(self, suffix: str, partition_by: Sequence[str]) -> Self:
+        """A sink of this kind at ``path + suffix``, compressed and stored like this one."""
+        return type(self)(
+            self.path.rstrip("/") + suffix,
+            partition_by,
+            compression=self.compression,
+            storage_options=self.storage_options,
+        )
+
+
+class ParquetSink(FileSink):
     """A hive-partitioned Parquet dataset committed exactly once per micro-batch.
 
     ``path`` is a local path, ``file://`` URI or ``s3://bucket/prefix``; S3 settings come
@@ -177,59 +226,32 @@ class ParquetSink(Sink):
         checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
         manifest_retention: int = DEFAULT_MANIFEST_RETENTION,
     ) -> None:
-        if compression.lower() not in COMPRESSIONS:
-            raise SinkError(f"compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
+        super().__init__(path, partition_by, compression, storage_options)
         if target_file_size <= 0:
             raise SinkError("target_file_size must be > 0")
         if checkpoint_interval < 0:
             raise SinkError(f"checkpoint_interval must be >= 0, not {checkpoint_interval}")
         if manifest_retention < 1:
             raise SinkError(f"manifest_retention must be >= 1, not {manifest_retention}")
-        self.path = str(path)
-        self.partition_by = list(partition_by)
-        self.compression = compression.lower()
         self.target_file_size = int(target_file_size)
-        self.storage_options = dict(storage_options) if storage_options else None
         self.compact = compact
         self.compaction_grace_seconds = compaction_grace_seconds
         self.checkpoint_interval = int(checkpoint_interval)
         self.manifest_retention = int(manifest_retention)
         self._checkpointed: int | None = None
         """Batch id of the newest commit checkpoint, as of the last recovery or write."""
-        self._location: sfs.Location | None = None
-        self._schema: pa.Schema | None = None
         self._recovered = False
 
-    def __repr__(self) -> str:
-        return f"ParquetSink({self.path!r}, partition_by={self.partition_by!r})"
-
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_location"] = None  # re-resolved on the executor
+        state = super().__getstate__()
         state["_recovered"] = False
         state["_checkpointed"] = None
         return state
-
-    @property
-    def location(self) -> sfs.Location:
-        """The resolved root (filesystem + path)."""
-        if self._location is None:
-            self._location = sfs.resolve(self.path, self.storage_options)
-        return self._location
 
     def describe(self) -> str:
         """One line for humans."""
         parts = f", partitioned by {', '.join(self.partition_by)}" if self.partition_by else ""
         return f"Parquet dataset {self.path} ({self.compression}{parts})"
-
-    def beside(self, suffix: str, partition_by: Sequence[str]) -> ParquetSink:
-        """A Parquet dataset at ``path + suffix``, compressed and stored like this one."""
-        return ParquetSink(
-            self.path.rstrip("/") + suffix,
-            partition_by,
-            compression=self.compression,
-            storage_options=self.storage_options,
-        )
 
     # -- driver ------------------------------------------------------------------------------
 
