@@ -30,8 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inorder.archive.layout import ARCHIVE_SCHEMA, PARTITION_BY, ArchivedRange, write_index
+from inorder.ddl import arrow_ddl
+from inorder.engine.task import INPUT_EXPRS
 from inorder.errors import ConfigError, InorderError
 from inorder.kafka.consumer import MARKER_HEADER
+from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.query import checkpoint_owner, trigger_kwargs
 from inorder.sinks.base import Sink, SinkError, WrittenFile
 from inorder.sinks.parquet import ParquetSink
@@ -42,23 +45,6 @@ if TYPE_CHECKING:
 #: Archive files are rolled at this size: few, large files (the sink's default is 128 MiB).
 DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
 
-# Headers travel from Spark as JSON: an array<struct> column converts to Arrow slowly even
-# when empty (see docs/engine.md).
-_INPUT_EXPRS = (
-    "key",
-    "value",
-    "topic",
-    "partition",
-    "offset",
-    "timestamp",
-    "timestampType",
-    "CASE WHEN size(headers) > 0 THEN to_json(headers) END AS headers_json",
-)
-
-_RESULT_DDL = (
-    "topic string, partition int, start bigint, end bigint, records bigint, "
-    "min_ts_us bigint, max_ts_us bigint, files string"
-)
 _RESULT_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -71,6 +57,7 @@ _RESULT_SCHEMA = pa.schema(
         ("files", pa.string()),
     ]
 )
+_RESULT_DDL = arrow_ddl(_RESULT_SCHEMA)
 _HEADERS_TYPE = ARCHIVE_SCHEMA.field("headers").type
 
 
@@ -239,21 +226,8 @@ def run_archive_batch(sink: ParquetSink, df: Any, batch_id: int) -> ArchiveBatch
         # Committed before a crash that kept Spark from recording it: nothing to redo.
         return ArchiveBatchReport(batch_id, committed=False)
     task = functools.partial(_archive_task, sink, batch_id)
-    rows = [
-        r.asDict() for r in df.selectExpr(*_INPUT_EXPRS).mapInArrow(task, _RESULT_DDL).collect()
-    ]
-    ranges = [
-        ArchivedRange(
-            topic=r["topic"],
-            partition=int(r["partition"]),
-            start=int(r["start"]),
-            end=int(r["end"]),
-            records=int(r["records"]),
-            min_ts_us=r["min_ts_us"],
-            max_ts_us=r["max_ts_us"],
-        )
-        for r in rows
-    ]
+    rows = [r.asDict() for r in df.selectExpr(*INPUT_EXPRS).mapInArrow(task, _RESULT_DDL).collect()]
+    ranges = [ArchivedRange.from_json(r) for r in rows]
     files = [
         WrittenFile(
             path=f["path"],
@@ -374,7 +348,7 @@ class Archive:
 
         query = (
             df.writeStream.foreachBatch(on_batch)
-            .option("checkpointLocation", f"{str(self.checkpoint).rstrip('/')}/spark")
+            .option("checkpointLocation", CheckpointLayout.of(self.checkpoint).spark_dir)
             .queryName(self.name)
             .trigger(**trigger)
             .start()

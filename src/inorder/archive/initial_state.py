@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from inorder.errors import ConfigError
+from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.records import TopicPartition
 from inorder.state.entry import KeyEntry
 
@@ -88,9 +89,9 @@ class InitialState:
         from inorder.ops.statefiles import load_partition_state
         from inorder.state.checkpoint import CheckpointStore
 
-        root = str(checkpoint).rstrip("/")
-        engine = CheckpointStore(f"{root}/engine")
-        log = load_batch_log(f"{root}/spark", engine)
+        layout = CheckpointLayout.of(checkpoint)
+        engine = CheckpointStore(layout.engine_dir)
+        log = load_batch_log(layout.spark_dir, engine)
         chosen = (
             log.last_committed()
             if batch_id is None
@@ -98,7 +99,7 @@ class InitialState:
         )
         if chosen is None:
             which = "any committed batch" if batch_id is None else f"committed batch {batch_id}"
-            raise ConfigError(f"initial_state: checkpoint {root!r} has no {which}")
+            raise ConfigError(f"initial_state: checkpoint {layout.root!r} has no {which}")
         rows: list[dict[str, Any]] = []
         for tp in sorted(chosen.end):
             if not engine.versions(tp):
@@ -202,11 +203,7 @@ def _engine_entry(
 
 def is_new_checkpoint(checkpoint: str) -> bool:
     """Whether no micro-batch has been planned in ``checkpoint`` (Spark's offsets log empty)."""
-    from inorder.storage import fs as sfs
-
-    location = sfs.resolve(checkpoint)
-    offsets = sfs.list_files(location, location.join("spark", "offsets"))
-    return not any(info.base_name.isdigit() for info in offsets)
+    return not CheckpointLayout.of(checkpoint).planned_batches()
 
 
 def with_starting_offsets(source: Any, initial: InitialState) -> Any:

@@ -34,6 +34,10 @@ from inorder.storage import fs as sfs
 
 #: The checkpoint's info file (its id, the pipeline identity, what ``inorder repair`` adds).
 CHECKPOINT_FILE = "inorder-checkpoint.json"
+#: Spark's checkpoint directory (offsets and commits logs), under the root.
+SPARK_DIR = "spark"
+#: inorder's state checkpoint directory, under the root.
+ENGINE_DIR = "engine"
 #: Held (``flock``) by the run using a local checkpoint; says who holds it.
 RUN_LOCK_FILE = ".inorder-run.lock"
 #: Spark's log of a run on a local checkpoint (its stack traces, never on the terminal).
@@ -58,12 +62,12 @@ class CheckpointLayout:
     @property
     def spark_dir(self) -> str:
         """Spark's checkpoint directory (offsets and commits logs)."""
-        return f"{self.root}/spark"
+        return f"{self.root}/{SPARK_DIR}"
 
     @property
     def engine_dir(self) -> str:
         """inorder's state checkpoint directory."""
-        return f"{self.root}/engine"
+        return f"{self.root}/{ENGINE_DIR}"
 
     @cached_property
     def location(self) -> sfs.Location:
@@ -74,6 +78,12 @@ class CheckpointLayout:
     def info_path(self) -> str:
         """The info file's path inside :attr:`location`."""
         return self.location.join(CHECKPOINT_FILE)
+
+    def planned_batches(self) -> list[int]:
+        """Batch ids in Spark's offsets log, ascending: the micro-batches planned so far."""
+        location = self.location
+        offsets = sfs.list_files(location, location.join(SPARK_DIR, "offsets"))
+        return sorted(int(info.base_name) for info in offsets if info.base_name.isdigit())
 
     def read_info(self) -> dict[str, Any] | None:
         """The info file's content, or ``None`` when the checkpoint has none yet."""
