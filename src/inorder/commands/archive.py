@@ -7,6 +7,7 @@ import json
 import tomllib
 from typing import Any
 
+from inorder.commands.common import add_command, bootstrap_servers
 from inorder.errors import ConfigError
 
 EXAMPLES = """examples:
@@ -102,11 +103,7 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError("archive run: give ARCHIVE.toml, or --path and --checkpoint")
         if bool(args.topic_pattern) == bool(args.topic):
             raise ConfigError("archive run: give exactly one of --topic-pattern and --topic")
-        bootstrap = args.bootstrap_servers
-        if not bootstrap:
-            from inorder.dev.endpoints import kafka_bootstrap_servers
-
-            bootstrap = kafka_bootstrap_servers()
+        bootstrap = bootstrap_servers(args.bootstrap_servers)
         from inorder.archive import Archive
 
         archive = Archive(
@@ -177,22 +174,17 @@ def _status(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add the ``archive`` command."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "archive",
         help="land every Kafka record in a Parquet archive; show what it holds",
         description="The raw archive: every consumed Kafka record exactly once, in a Parquet "
         "dataset partitioned by topic and date. Pipelines and `inorder replay`/`validate` "
         "read through it past Kafka's retention.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="archive_command", required=True)
-    run = sub.add_parser(
-        "run",
-        help="run the archiver",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    run = add_command(sub, "run", help="run the archiver", epilog=EXAMPLES)
     run.add_argument("config", nargs="?", help="archive TOML file")
     run.add_argument("--bootstrap-servers", default="")
     run.add_argument("--topic-pattern", default=None)
@@ -204,7 +196,7 @@ def register(subparsers: Any) -> None:
     run.add_argument("--master", default="local[*]", help="Spark master")
     run.add_argument("--quiet", action="store_true", help="no per-batch lines")
     run.set_defaults(func=_run)
-    status = sub.add_parser("status", help="committed offsets per topic-partition")
+    status = add_command(sub, "status", help="committed offsets per topic-partition")
     status.add_argument("path", help="archive location")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=_status)

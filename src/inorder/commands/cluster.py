@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from inorder.cluster.standalone import ENV_STATE_DIR, ClusterSpec, ClusterStatus, StandaloneCluster
+from inorder.commands.common import add_command, add_command_group, add_state_dir_option
 
 EXAMPLES = """examples:
   inorder cluster up                          master + 2 workers (1 core, 1g each)
@@ -19,38 +19,36 @@ EXAMPLES = """examples:
 
 
 def _state_dir(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--state-dir",
-        type=Path,
-        metavar="DIR",
-        help=f"where cluster.json, logs and work dirs live (default: ${ENV_STATE_DIR} or "
-        ".inorder/cluster), e.g. --state-dir /tmp/inorder-cluster",
+    add_state_dir_option(
+        parser,
+        holds="cluster.json, logs and work dirs",
+        env=ENV_STATE_DIR,
+        default=".inorder/cluster",
+        example="/tmp/inorder-cluster",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON object instead of text")
 
 
 def register(subparsers: Any) -> None:
     """Add the ``cluster`` command with ``up``, ``down`` and ``status``."""
-    parser = subparsers.add_parser(
+    sub = add_command_group(
+        subparsers,
         "cluster",
+        "cluster_command",
         help="start/stop/check a local Spark standalone cluster",
         description="A Spark standalone cluster (one Master, N Workers) on 127.0.0.1, started "
         "from the pip-installed pyspark with spark-class. Workers run this virtualenv's "
         "python. Stopping is by recorded pid and start time.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
-    parser.set_defaults(func=lambda _args: _help(parser))
-
-    up = sub.add_parser(
+    up = add_command(
+        sub,
         "up",
         help="start the master and workers (idempotent)",
         description="Start a master and --workers workers unless a healthy cluster is "
         "recorded in the state directory; wait until every worker registered.",
         epilog="examples:\n  inorder cluster up\n  inorder cluster up --workers 2 --cores 1 "
         "--memory 1g --state-dir /tmp/c\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _state_dir(up)
     up.add_argument("--workers", type=int, default=2, metavar="N", help="workers (default 2)")
@@ -68,19 +66,14 @@ def register(subparsers: Any) -> None:
     )
     up.set_defaults(func=handle_up)
 
-    down = sub.add_parser("down", help="stop the recorded master and workers")
+    down = add_command(sub, "down", help="stop the recorded master and workers")
     _state_dir(down)
     down.set_defaults(func=handle_down)
 
-    status = sub.add_parser("status", help="health from the master's JSON UI")
+    status = add_command(sub, "status", help="health from the master's JSON UI")
     _state_dir(status)
     status.add_argument("--url", action="store_true", help="print only the master URL")
     status.set_defaults(func=handle_status)
-
-
-def _help(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
 
 
 def handle_up(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from inorder.commands.common import add_command
 from inorder.errors import ConfigError
 from inorder.sinks.base import SinkError
 from inorder.storage import fs as sfs
@@ -50,13 +51,13 @@ def _detect_format(path: str, storage_options: dict[str, str] | None) -> str:
 
 def register(subparsers: Any) -> None:
     """Add the ``compact`` command."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "compact",
         help="merge small files of a Parquet dataset or Delta table",
         description="Merge small files of an inorder Parquet dataset (rewrite and swap under "
         "the commit protocol) or a Delta table (optimize + vacuum).",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("path", help="dataset location: local path or s3://bucket/prefix")
     parser.add_argument(
@@ -114,22 +115,15 @@ def _run(args: argparse.Namespace, storage: dict[str, str] | None, target: int) 
 
     fmt = args.format if args.format != "auto" else _detect_format(args.path, storage)
     report: Any
+    how: dict[str, Any] = {
+        "storage_options": storage,
+        "target_file_size": target,
+        "dry_run": args.dry_run,
+    }
     if fmt == "delta":
-        report = compact_delta(
-            args.path,
-            storage_options=storage,
-            target_file_size=target,
-            dry_run=args.dry_run,
-            retention_hours=args.retention_hours,
-        )
+        report = compact_delta(args.path, retention_hours=args.retention_hours, **how)
     else:
-        report = compact_parquet(
-            args.path,
-            storage_options=storage,
-            target_file_size=target,
-            dry_run=args.dry_run,
-            grace_seconds=args.grace_seconds,
-        )
+        report = compact_parquet(args.path, grace_seconds=args.grace_seconds, **how)
     if args.json:
         out = dict(vars(report))
         out["format"] = fmt

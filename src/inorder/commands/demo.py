@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from inorder.commands.common import add_command
+
 EXAMPLES = """examples:
   inorder demo                         3 sites, 60k messages, session tables as Parquet
   inorder demo --messages 200000 --faulty-sessions 0.1
@@ -15,7 +17,8 @@ EXAMPLES = """examples:
 
 def register(subparsers: Any) -> None:
     """Add the ``demo`` command."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "demo",
         help="run the main job end to end on a local broker and check it",
         description="Start the local broker, simulate collection sites publishing "
@@ -23,7 +26,6 @@ def register(subparsers: Any) -> None:
         "summary and check the rebuilt tables against the simulator's ground truth "
         "(exit 1 on any difference).",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--dir",

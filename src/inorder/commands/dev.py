@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from inorder.commands.common import add_command, add_command_group, add_state_dir_option
 from inorder.dev import services
 from inorder.dev.endpoints import ENV_KAFKA, ENV_S3_ENDPOINT, ENV_STATE_DIR, resolve_state_dir
 
@@ -62,12 +63,12 @@ def _port(text: str) -> int:
 
 
 def _common(parser: argparse.ArgumentParser, *, secrets: bool) -> None:
-    parser.add_argument(
-        "--state-dir",
-        type=Path,
-        metavar="DIR",
-        help=f"where data, logs and services.json live (default: ${ENV_STATE_DIR} or "
-        ".inorder/dev in the current directory), e.g. --state-dir /tmp/inorder-dev",
+    add_state_dir_option(
+        parser,
+        holds="data, logs and services.json",
+        env=ENV_STATE_DIR,
+        default=".inorder/dev in the current directory",
+        example="/tmp/inorder-dev",
     )
     parser.add_argument(
         "--only",
@@ -87,26 +88,24 @@ def _common(parser: argparse.ArgumentParser, *, secrets: bool) -> None:
 
 def register(subparsers: Any) -> None:
     """Add the ``dev`` command with its ``up``, ``down`` and ``status`` subcommands."""
-    parser = subparsers.add_parser(
+    sub = add_command_group(
+        subparsers,
         "dev",
+        "dev_command",
         help="start/stop/check the local Kafka broker and S3 server",
         description="Local development services on 127.0.0.1: a Kafka-protocol broker "
         "(noida-db) and an S3 server (SeaweedFS) with credentials and a bucket. Other inorder "
         "commands find them through <state-dir>/services.json; INORDER_KAFKA_BOOTSTRAP_SERVERS "
         "and INORDER_S3_ENDPOINT (+ AWS_*) point them at external services instead.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="dev_command", metavar="SUBCOMMAND")
-    parser.set_defaults(func=lambda _args: _help(parser))
-
-    up = sub.add_parser(
+    up = add_command(
+        sub,
         "up",
         help="start the services (idempotent: running ones are left alone)",
         description="Start the broker and the S3 server unless already running, create the "
         "bucket, and print the endpoints and credentials.",
         epilog=UP_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(up, secrets=True)
     up.add_argument(
@@ -130,32 +129,27 @@ def register(subparsers: Any) -> None:
     )
     up.set_defaults(func=handle_up)
 
-    down = sub.add_parser(
+    down = add_command(
+        sub,
         "down",
         help="stop the services this state directory started",
         description="Stop exactly the processes `inorder dev up` started (checked by pid and "
         "start time). Data, ports and credentials are kept for the next `up`.",
         epilog=DOWN_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(down, secrets=False)
     down.set_defaults(func=handle_down)
 
-    status = sub.add_parser(
+    status = add_command(
+        sub,
         "status",
         help="report health (TCP + Kafka metadata; S3 ListBuckets)",
         description="Check each service: process alive, port open, Kafka metadata request / "
         "S3 ListBuckets with the recorded credentials. Exit 0 only if all are healthy.",
         epilog=STATUS_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(status, secrets=True)
     status.set_defaults(func=handle_status)
-
-
-def _help(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
 
 
 def _only(args: argparse.Namespace) -> list[str] | None:

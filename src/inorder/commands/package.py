@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from inorder.commands.common import add_command
+
 EXAMPLES = """examples:
   inorder package                                   dist/inorder-env.tar.gz + dist/inorder-submit.py
   inorder package --output /shared/inorder-env.tar.gz
@@ -23,7 +25,8 @@ then (no JVM jars needed: the Kafka source is pure Python), from the pipeline's 
 
 def register(subparsers: Any) -> None:
     """Add the ``package`` command."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "package",
         help="build a Python environment archive for spark-submit --archives",
         description="Build inorder's wheel, install it with its dependencies (pinned to this "
@@ -31,7 +34,6 @@ def register(subparsers: Any) -> None:
         "virtualenv, and pack that with venv-pack. Also writes the spark-submit entry script "
         "next to the archive.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--output",

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from inorder.commands.overrides import add_set_option, parse_overrides, print_notes
+from inorder.commands.common import (
+    add_pipeline_command,
+    add_run_set_option,
+    open_target,
+    print_report,
+)
 
 EXAMPLES = """examples:
   inorder repair pipeline.toml                          print the plan (changes nothing)
@@ -25,7 +29,8 @@ and a fresh checkpoint makes the next `inorder run` start there. See docs/operat
 
 def register(subparsers: Any) -> None:
     """Add the ``repair`` command."""
-    parser = subparsers.add_parser(
+    parser = add_pipeline_command(
+        subparsers,
         "repair",
         help="roll output and checkpoint back to the last snapshots",
         description="Find, per partition, the latest offset at or before the failure point "
@@ -33,9 +38,7 @@ def register(subparsers: Any) -> None:
         "there on, back up the checkpoint and write a new one that resumes from there. "
         "Prints the plan unless --apply is given.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("pipeline", help="pipeline TOML file, or module:attribute of a Pipeline")
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--at-offset",
@@ -62,7 +65,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--apply", action="store_true", help="perform the plan")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    add_set_option(parser, "override a setting as `inorder run --set` did")
+    add_run_set_option(parser)
     parser.set_defaults(func=handle)
 
 
@@ -71,7 +74,6 @@ def handle(args: argparse.Namespace) -> int:
     from inorder.errors import ConfigError
     from inorder.ops.cliutil import parse_time_ms
     from inorder.ops.repair import apply_repair, parse_at_offset, plan_repair
-    from inorder.ops.target import OpsTarget
 
     at_offsets = {}
     for text in args.at_offset:
@@ -80,13 +82,9 @@ def handle(args: argparse.Namespace) -> int:
             raise ConfigError(f"--at-offset: {tp} given twice")
         at_offsets[tp] = offset
     at_time = parse_time_ms(args.at_time, "--at-time") if args.at_time else None
-    target = OpsTarget.load(args.pipeline, parse_overrides(args.set))
-    print_notes(target.notes)
+    target = open_target(args)
     plan = plan_repair(target, at_offsets or None, at_time, args.session, args.validate)
     if args.apply:
         plan = apply_repair(target, plan)
-    if args.json:
-        print(json.dumps(plan.to_json(), indent=2, sort_keys=True, default=str))
-    else:
-        print("\n".join(plan.lines()))
+    print_report(args.json, plan.to_json(), plan.lines)
     return 0

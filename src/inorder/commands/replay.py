@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from inorder.commands.overrides import add_set_option, parse_overrides, print_notes
+from inorder.commands.common import add_pipeline_command, add_run_set_option, open_target
 from inorder.errors import ConfigError
 
 EXAMPLES = """examples:
@@ -25,15 +25,14 @@ msg, state, ctx, key, offset, record and violation as locals; 'c' continues the 
 
 def register(subparsers: Any) -> None:
     """Add the ``replay`` command."""
-    parser = subparsers.add_parser(
+    parser = add_pipeline_command(
+        subparsers,
         "replay",
         help="step through one partition locally, with breakpoints",
         description="Apply the pipeline's processor to one topic-partition in plain Python, "
         "printing each record (offset, key, decoded message) and the state change it made.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("pipeline", help="pipeline TOML file, or module:attribute of a Pipeline")
     parser.add_argument("--topic", required=True, help="Kafka topic")
     parser.add_argument("--partition", type=int, required=True, help="Kafka partition")
     parser.add_argument("--from-offset", type=int, metavar="A", help="print records from offset A")
@@ -59,14 +58,13 @@ def register(subparsers: Any) -> None:
         help="start from the checkpointed state after batch V ('auto': the newest one before "
         "--from-offset) instead of replaying from the start of the partition",
     )
-    add_set_option(parser, "override a setting as `inorder run --set` did")
+    add_run_set_option(parser)
     parser.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     """Run the replay; exit 1 when it stopped on a fail-policy violation."""
     from inorder.ops.replay import Replayer, ReplayOptions
-    from inorder.ops.target import OpsTarget
 
     version: int | str | None = args.from_checkpoint_version
     if isinstance(version, str) and version != "auto":
@@ -87,7 +85,6 @@ def handle(args: argparse.Namespace) -> int:
         break_when=args.break_when,
         from_version=version,
     )
-    target = OpsTarget.load(args.pipeline, parse_overrides(args.set))
-    print_notes(target.notes)
+    target = open_target(args)
     summary = Replayer(target, options).run()
     return 1 if summary.failed is not None else 0

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from inorder.commands.common import add_pipeline_command
 from inorder.commands.overrides import add_set_option, parse_overrides
 from inorder.errors import ConfigError
 
@@ -20,15 +21,14 @@ EXAMPLES = """examples:
 
 def register(subparsers: Any) -> None:
     """Add the ``run`` command."""
-    parser = subparsers.add_parser(
+    parser = add_pipeline_command(
+        subparsers,
         "run",
         help="run a pipeline (TOML file or module:attribute)",
         description="Run a pipeline until stopped (SIGINT/SIGTERM stop it cleanly between "
         "triggers; the next run resumes), or until caught up with --trigger available-now.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("pipeline", help="pipeline TOML file, or module:attribute of a Pipeline")
     parser.add_argument(
         "--trigger",
         help="override pipeline.trigger: an interval such as "

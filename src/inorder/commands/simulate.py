@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from inorder.commands.common import add_command, bootstrap_servers
 from inorder.errors import ConfigError
 
 EXAMPLES = """examples (one per option):
@@ -37,14 +38,14 @@ EXAMPLES = """examples (one per option):
 
 def register(subparsers: Any) -> None:
     """Add the ``simulate`` command."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "simulate",
         help="collection sites publishing snapshot/update sessions (with faults, ground truth)",
         description="Produce snapshot/update sessions (design §3 message contract) from "
         "simulated collection sites, one topic per site, deterministically for a seed; "
         "optionally inject faults and write the ground truth a consumer must reproduce.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = parser.add_argument
     add("--bootstrap-servers", metavar="HOST:PORT", help="Kafka bootstrap servers")
@@ -141,12 +142,7 @@ def handle(args: argparse.Namespace) -> int:
     from inorder.dev.simulator import simulate
 
     config = build_config(args)
-    if args.bootstrap_servers:
-        servers = args.bootstrap_servers
-    else:
-        from inorder.dev.endpoints import kafka_bootstrap_servers
-
-        servers = kafka_bootstrap_servers()
+    servers = bootstrap_servers(args.bootstrap_servers)
     interactive = sys.stderr.isatty() and not args.json
     result = simulate(
         config, servers, args.ground_truth, progress=_progress if interactive else None

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from inorder.commands.overrides import add_set_option, parse_overrides, print_notes
+from inorder.commands.common import (
+    add_pipeline_command,
+    add_run_set_option,
+    open_target,
+    print_report,
+)
 
 EXAMPLES = """examples:
   inorder validate pipeline.toml
@@ -21,16 +25,15 @@ while the checkpoint holds the batch history (see docs/operations.md).
 
 def register(subparsers: Any) -> None:
     """Add the ``validate`` command."""
-    parser = subparsers.add_parser(
+    parser = add_pipeline_command(
+        subparsers,
         "validate",
         help="recompute from Kafka independently and diff against the output",
         description="Read every topic-partition from Kafka, apply the pipeline's processor in "
         "plain Python (no Spark) with the engine's apply core, and compare with the committed "
         "output per partition: first differing offset, missing, extra and different rows.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("pipeline", help="pipeline TOML file, or module:attribute of a Pipeline")
     start = parser.add_mutually_exclusive_group()
     start.add_argument(
         "--from-offset", type=int, metavar="N", help="compare rows at offsets >= N only"
@@ -50,19 +53,17 @@ def register(subparsers: Any) -> None:
         help="records recomputed and compared at a time (memory bound; default 50000)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    add_set_option(parser, "override a setting as `inorder run --set` did")
+    add_run_set_option(parser)
     parser.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     """Run the validation; exit 1 on any discrepancy."""
     from inorder.ops.cliutil import parse_time_ms
-    from inorder.ops.target import OpsTarget
     from inorder.ops.validate import validate
     from inorder.records import TopicPartition
 
-    target = OpsTarget.load(args.pipeline, parse_overrides(args.set))
-    print_notes(target.notes)
+    target = open_target(args)
     from_time = parse_time_ms(args.from_time, "--from-time") if args.from_time else None
 
     def only(tp: TopicPartition) -> bool:
@@ -77,9 +78,5 @@ def handle(args: argparse.Namespace) -> int:
         chunk_records=args.chunk_records,
         only=only,
     )
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2, sort_keys=True, default=str))
-    else:
-        for line in report.lines():
-            print(line)
+    print_report(args.json, report.to_json(), report.lines)
     return 0 if report.ok else 1
