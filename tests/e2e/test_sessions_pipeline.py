@@ -170,6 +170,12 @@ def test_session_tables_match_truth_with_late_site_and_faults(
 
 
 @pytest.mark.slow
+def _committed_rows(output: Path) -> int:
+    if not (output / "_inorder" / "commits").is_dir():  # no commit yet
+        return 0
+    return int(read_changes(str(output)).num_rows)
+
+
 def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
     prefix = f"kill-{random.randrange(10**9)}-"
     result = simulate(
@@ -193,12 +199,17 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
             start_new_session=True,
             cwd=tmp_path,
         )
-        time.sleep(rng.uniform(20, 35))
+        # Kill once this run has committed something (Spark's start-up takes 10 s on a quiet
+        # machine and over a minute on a loaded one), a few batches later: mid-stream.
+        deadline = time.monotonic() + 300
+        while _committed_rows(tmp_path / "output") <= committed_rows[-1]:
+            assert proc.poll() is None, f"the run exited with {proc.returncode}"
+            assert time.monotonic() < deadline, f"no commit within 300 s after {committed_rows}"
+            time.sleep(0.5)
+        time.sleep(rng.uniform(0, 4))
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM
         proc.wait()
-        rows = read_changes(str(tmp_path / "output")).num_rows
-        assert rows > committed_rows[-1], f"the run killed at {committed_rows} committed nothing"
-        committed_rows.append(rows)
+        committed_rows.append(_committed_rows(tmp_path / "output"))
     done = subprocess.run(
         [
             sys.executable,

@@ -78,8 +78,8 @@ def _finish_swap(root: str) -> bool:
 
 def _spark_batches(root: str) -> int:
     try:
-        return sum(1 for n in os.listdir(os.path.join(root, "spark", "offsets")) if n.isdigit())
-    except OSError:
+        return len(CheckpointLayout.of(root).planned_batches())
+    except (OSError, InorderError):
         return 0
 
 
@@ -187,9 +187,9 @@ def plan_repair(
     plan = RepairPlan(target.pipeline.name, root, owner, batch_offset, notes=notes)
 
     try:
-        log = load_batch_log(os.path.join(root, "spark"), target.engine)
+        log = load_batch_log(CheckpointLayout.of(root).spark_dir, target.engine)
     except Exception:  # a damaged engine directory: batch times unknown, boundaries still used
-        log = load_batch_log(os.path.join(root, "spark"))
+        log = load_batch_log(CheckpointLayout.of(root).spark_dir)
     last = log.last_committed()
     fresh_starts: dict[TopicPartition, int] = {}
     fresh_failures: dict[TopicPartition, int] = {}

@@ -85,6 +85,14 @@ class CheckpointLayout:
         offsets = sfs.list_files(location, location.join(SPARK_DIR, "offsets"))
         return sorted(int(info.base_name) for info in offsets if info.base_name.isdigit())
 
+    def offsets_entry(self, batch_id: int) -> str | None:
+        """The text of Spark's offsets-log entry for ``batch_id`` (``None``: not planned)."""
+        location = self.location
+        data = sfs.read_bytes_if_exists(
+            location, location.join(SPARK_DIR, "offsets", str(batch_id))
+        )
+        return None if data is None else data.decode("utf-8", "replace")
+
     def read_info(self) -> dict[str, Any] | None:
         """The info file's content, or ``None`` when the checkpoint has none yet."""
         data = sfs.read_bytes_if_exists(self.location, self.info_path)

@@ -392,19 +392,17 @@ def _task_counts(spark: Any) -> tuple[int, int]:
 
 
 def planned_records(checkpoint: str, batch_id: int) -> int | None:
-    """Offsets a micro-batch covers, from Spark's offsets log (local checkpoints only)."""
-    import os
-
+    """Offsets a micro-batch covers, from Spark's offsets log."""
     from inorder.kafka.offsets import SourceOffset
 
-    root = CheckpointLayout.of(checkpoint).local_root
-    if root is None:
-        return None
+    layout = CheckpointLayout.of(checkpoint)
 
     def offset_of(n: int) -> SourceOffset | None:
         try:
-            with open(os.path.join(root, "spark", "offsets", str(n)), encoding="utf-8") as f:
-                lines = [line for line in f.read().splitlines() if line.strip()]
+            entry = layout.offsets_entry(n)
+            if entry is None:
+                return None
+            lines = [line for line in entry.splitlines() if line.strip()]
             return SourceOffset.from_dict(json.loads(lines[-1]))
         except (OSError, ValueError, IndexError, KeyError):
             return None
