@@ -301,9 +301,9 @@ def bench_state(keys: int, changed: int, runs: int, tmp: str) -> dict[str, float
     """Checkpoint cost of a small batch vs writing the full state; cold recovery time."""
     from inorder.records import TopicPartition
     from inorder.state.checkpoint import CheckpointStore
+    from inorder.state.codec import StateCodec
     from inorder.state.entry import KeyEntry, PartitionMeta
     from inorder.state.store import PartitionStore, StateOptions
-    from inorder.statecodec import StateCodec
 
     codec = StateCodec(Acc)
     checkpoint = CheckpointStore(os.path.join(tmp, "state-ckpt"))

@@ -25,7 +25,7 @@ from inorder.codecs import JsonCodec
 from inorder.dev.endpoints import kafka_bootstrap_servers
 from inorder.processor import Context, Processor
 from inorder.schema import RowEncoder, output_schema
-from inorder.statecodec import StateCodec
+from inorder.state.codec import StateCodec
 
 
 @dataclass

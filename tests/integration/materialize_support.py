@@ -6,9 +6,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inorder.sessions import rebuild_tables
-from inorder.sessions.materialize import due
 from inorder.sessions.materializer import read_materialized
 from inorder.sessions.rebuild import ordered_changes
+from inorder.sessions.table_book import due
 
 
 def live_keys(changes: pa.Table) -> set[tuple[str, str]]:

@@ -23,12 +23,12 @@ import pytest
 from tests.integration import archive_support as job
 
 from inorder.archive import Archive, InitialState, load_coverage
+from inorder.archive.job_versions import compare_outputs, switched_rows
 from inorder.archive.tiered_source import tiered_options_of
-from inorder.archive.upgrade import compare_outputs, switched_rows
 from inorder.codecs.json import JsonCodec
 from inorder.kafka.api import KafkaSource
 from inorder.kafka.options import parse_options
-from inorder.ops.records import read_chunks, watermarks
+from inorder.ops.kafka_reads import read_chunks, watermarks
 from inorder.pipeline.pipeline import Pipeline
 from inorder.records import TopicPartition
 from inorder.sinks.parquet import ParquetSink, read_committed

@@ -125,7 +125,7 @@ def test_python_workers_are_forked_from_the_preloading_daemon(spark: Any) -> Non
         return (getattr(spec, "name", None), preloaded)
 
     got = spark.sparkContext.parallelize([0, 1], 2).map(probe).collect()
-    assert got == [("inorder._daemon", True)] * 2
+    assert got == [("inorder.spark.daemon", True)] * 2
 
 
 def test_fail_policy_raises_before_commit(spark: Any, tmp_path: Path) -> None:
@@ -285,8 +285,8 @@ def test_daemon_module_default_respects_user_conf_and_interpreters(
     from inorder.pipeline.spark import daemon_module_default
 
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
-    assert daemon_module_default("local[2]", {}) == "inorder._daemon"
-    assert daemon_module_default("spark://127.0.0.1:7077", {}) == "inorder._daemon"
+    assert daemon_module_default("local[2]", {}) == "inorder.spark.daemon"
+    assert daemon_module_default("spark://127.0.0.1:7077", {}) == "inorder.spark.daemon"
     # The user's choice wins; a package shipped as py-files is not on the daemon's path.
     assert daemon_module_default("local[2]", {"spark.python.daemon.module": "x"}) is None
     assert daemon_module_default("local[2]", {"spark.submit.pyFiles": "inorder.zip"}) is None

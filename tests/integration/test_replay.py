@@ -13,12 +13,12 @@ import pytest
 from tests.integration.test_validate import RunFixture, make_run
 
 from inorder.ops.batchlog import load_batch_log
-from inorder.ops.records import read_chunks
+from inorder.ops.kafka_reads import read_chunks
 from inorder.ops.replay import Replayer, ReplayOptions
 from inorder.ops.statefiles import load_partition_state
 from inorder.ops.target import OpsTarget
 from inorder.records import TopicPartition
-from inorder.statecodec import StateCodec
+from inorder.state.codec import StateCodec
 
 
 @pytest.fixture(scope="module")

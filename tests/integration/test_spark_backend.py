@@ -123,7 +123,7 @@ def test_spark_backend_needs_a_streaming_query(spark: Any, tmp_path: Path) -> No
 def test_rows_are_checked_and_stably_sorted_by_offset() -> None:
     from pyspark.sql import Row as SparkRow
 
-    from inorder.engine.tws_processor import _sorted_by_offset
+    from inorder.engine.spark_groups import _sorted_by_offset
 
     rows = [SparkRow(offset=o, tag=i) for i, o in enumerate([5, 1, 3, 1, 9, 3])]
     ordered = [SparkRow(offset=o, tag=i) for i, o in enumerate([1, 2, 3])]

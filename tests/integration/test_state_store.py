@@ -10,9 +10,9 @@ from tests.property.procs import Tally
 
 from inorder.records import TopicPartition
 from inorder.state.checkpoint import CheckpointStore
+from inorder.state.codec import StateCodec
 from inorder.state.entry import KeyEntry, PartitionMeta
 from inorder.state.store import PartitionStore, StateOptions
-from inorder.statecodec import StateCodec
 
 TP = TopicPartition("orders", 3)
 CODEC = StateCodec(Tally)

@@ -38,8 +38,8 @@ from inorder.integrity import Integrity
 from inorder.processor import Context
 from inorder.records import KafkaRecord, TopicPartition
 from inorder.sinks.parquet import ParquetSink, committed_files
+from inorder.state.codec import StateCodec
 from inorder.state.store import PartitionStore, StateOptions
-from inorder.statecodec import StateCodec
 from inorder.testing.memory import records_dataframe
 from inorder.testing.replay import ReplayRun
 from tests.property.procs import MsgCodec, Row, Tallier, Tally, record, register_for_spark

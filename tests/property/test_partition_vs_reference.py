@@ -160,8 +160,8 @@ def _assert_state_equal(
     next_batch: int,
     tmp: Path,
 ) -> None:
+    from inorder.state.codec import StateCodec
     from inorder.state.store import PartitionStore
-    from inorder.statecodec import StateCodec
     from tests.property.procs import Tally
 
     codec = StateCodec(Tally)

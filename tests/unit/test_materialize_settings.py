@@ -14,8 +14,8 @@ from inorder.kafka.api import KafkaSource
 from inorder.pipeline.config import build_pipeline, validate
 from inorder.pipeline.pipeline import Pipeline
 from inorder.sessions import SessionTables
-from inorder.sessions.materialize import PERIODIC, ChangeRow, TableBook, due
 from inorder.sessions.materializer import check_materialization, pipeline_materializer
+from inorder.sessions.table_book import PERIODIC, ChangeRow, TableBook, due
 from inorder.sinks.delta import DeltaSink
 from inorder.sinks.parquet import ParquetSink
 

@@ -33,8 +33,8 @@ from inorder.sessions import (
     rebuild_tables,
     rebuild_tables_duckdb,
 )
-from inorder.sessions.materialize import TableRow, due, materialize
 from inorder.sessions.messages import SessionMessage
+from inorder.sessions.table_book import TableRow, due, materialize
 
 T0 = datetime(2024, 11, 7, 12, 0, tzinfo=UTC)
 

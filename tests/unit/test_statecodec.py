@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pyspark import cloudpickle
 
 from inorder.errors import ConfigError
-from inorder.statecodec import (
+from inorder.state.codec import (
     StateCodec,
     check_compatible,
     describe_changes,

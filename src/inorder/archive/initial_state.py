@@ -217,8 +217,8 @@ def seed(backend: Any, initial: InitialState) -> dict[TopicPartition, int]:
     Refuses a checkpoint whose state already has versions from batch 0 on.
     """
     from inorder.processor import processor_types
+    from inorder.state.codec import StateCodec
     from inorder.state.seed import has_state, seed_partition_state
-    from inorder.statecodec import StateCodec
 
     checkpoint = backend.checkpoint
     meta = checkpoint.state_meta()

@@ -46,7 +46,7 @@ from inorder.engine.context import (
     delta_micros,
     to_micros,
 )
-from inorder.engine.fuzzy import FuzzyTier
+from inorder.engine.reorder import FuzzyTier
 from inorder.engine.timers import TimerQueue, is_live
 from inorder.engine.violations import ROW_SCHEMA, DeadLetter, ViolationEvent
 from inorder.integrity import Integrity

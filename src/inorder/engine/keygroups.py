@@ -10,7 +10,7 @@ one marker row per key group and topic-partition carrying the batch's maximum, s
 group runs every batch (processing-time timeouts, end-of-batch watermark) and all groups of
 a partition keep the same watermark base.
 
-The keyed stage is :class:`~inorder.engine.tws_processor.GroupProcessor`.
+The keyed stage is :class:`~inorder.engine.spark_groups.GroupProcessor`.
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ class PartitionBackend:
         state change, or the unusable sink.
         """
         from inorder.schema import output_schema
-        from inorder.statecodec import check_compatible, fingerprint, validate_state_type
+        from inorder.state.codec import check_compatible, fingerprint, validate_state_type
 
         try:
             types = processor_types(self.processor)

@@ -11,7 +11,7 @@ DataFrame before ``foreachBatch``):
    shuffles the rows of each key group to one call, which checks and stably sorts them by
    offset and applies them with the shared :class:`~inorder.engine.apply.OrderedApplier` over
    the group's Spark state (RocksDB, Avro encoding), staging output through the sink's writer
-   (:mod:`inorder.engine.tws_processor`). Each call yields one small result row.
+   (:mod:`inorder.engine.spark_groups`). Each call yields one small result row.
 3. ``foreachBatch`` (:meth:`SparkBackend.run_batch`): ONE action collects the result rows;
    the driver raises on a ``fail`` violation or a processor error before committing, then
    commits the dead-letter sink and the sink, exactly once per batch id.
@@ -119,7 +119,7 @@ class SparkBackend(PartitionBackend):
 
     def prepare_stream(self, df: Any) -> Any:
         """The streaming DataFrame of per-group result rows, from the source's stream."""
-        from inorder.engine.tws_processor import GROUP_RESULT_DDL, GroupProcessor
+        from inorder.engine.spark_groups import GROUP_RESULT_DDL, GroupProcessor
 
         if not df.isStreaming:
             raise ConfigError(

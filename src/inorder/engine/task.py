@@ -21,7 +21,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from inorder._worker import freeze_worker_heap
 from inorder.codecs.base import Codec
 from inorder.engine.apply import OrderedApplier, RecordTuple
 from inorder.engine.results import RESULT_SCHEMA, ResultFile, TaskResult, result_row
@@ -30,6 +29,7 @@ from inorder.integrity import Integrity
 from inorder.processor import Processor
 from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS, TopicPartition
 from inorder.sinks.base import BatchWriter, Sink, WrittenFile
+from inorder.spark.worker_heap import freeze_worker_heap
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.store import PartitionStore, StateOptions
 
@@ -328,7 +328,7 @@ def _runs(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition, pa.RecordBatc
 def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The mapInArrow body: apply every topic-partition of this task; yield result rows."""
     from inorder.schema import RowEncoder
-    from inorder.statecodec import StateCodec
+    from inorder.state.codec import StateCodec
 
     encoder = RowEncoder(spec.out_type)
     state_codec = StateCodec(spec.state_type)

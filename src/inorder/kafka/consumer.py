@@ -34,12 +34,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from inorder._worker import freeze_worker_heap
 from inorder.errors import DataLossError, InorderError
 from inorder.kafka.admin import client_config
 from inorder.kafka.options import SourceOptions
 from inorder.kafka.planning import LossEvent, LossKind
 from inorder.records import KAFKA_ARROW_SCHEMA, TopicPartition
+from inorder.spark.worker_heap import freeze_worker_heap
 
 log = logging.getLogger(__name__)
 

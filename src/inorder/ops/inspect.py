@@ -130,7 +130,7 @@ def key_state(
     target: OpsTarget, tp: TopicPartition, key: str, version: int | None, log: BatchLog
 ) -> dict[str, Any]:
     """The stored entry of ``key`` after batch ``version`` (default: newest committed)."""
-    from inorder.statecodec import StateCodec
+    from inorder.state.codec import StateCodec
 
     versions = loadable_versions(target.engine.versions(tp))
     if version is None:

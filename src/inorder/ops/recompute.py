@@ -24,7 +24,7 @@ from inorder.engine.apply import OrderedApplier
 from inorder.engine.reference import DictStateView
 from inorder.engine.violations import ViolationEvent
 from inorder.ops.batchlog import BatchLog, Segment
-from inorder.ops.records import read_chunks
+from inorder.ops.kafka_reads import read_chunks
 from inorder.ops.target import OpsTarget
 from inorder.records import TopicPartition
 from inorder.state.entry import KeyEntry, PartitionMeta

@@ -35,7 +35,7 @@ from typing import Any
 from inorder.errors import ConfigError, InorderError
 from inorder.kafka.offsets import EARLIEST, LATEST
 from inorder.ops.batchlog import load_batch_log
-from inorder.ops.records import offsets_for_time, partitions, watermarks
+from inorder.ops.kafka_reads import offsets_for_time, partitions, watermarks
 from inorder.ops.repair_output import count_rows, delete_rows
 from inorder.ops.repair_plan import PartitionRepair, RepairPlan
 from inorder.ops.repair_scan import scan_partition

@@ -14,8 +14,8 @@ from inorder.codecs.base import DecodeError
 from inorder.engine.apply import OrderedApplier, RecordTuple
 from inorder.engine.violations import ViolationEvent
 from inorder.ops.batchlog import BatchLog, Segment
+from inorder.ops.kafka_reads import read_chunks
 from inorder.ops.recompute import plan_segments
-from inorder.ops.records import read_chunks
 from inorder.ops.sessionspans import SpanTracker
 from inorder.ops.target import OpsTarget
 from inorder.records import TopicPartition

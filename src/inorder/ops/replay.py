@@ -31,8 +31,8 @@ from inorder.engine.context import from_micros
 from inorder.engine.violations import ViolationEvent
 from inorder.errors import ConfigError, InorderError
 from inorder.ops.batchlog import Segment, load_batch_log
+from inorder.ops.kafka_reads import read_chunks, watermarks
 from inorder.ops.recompute import plan_segments
-from inorder.ops.records import read_chunks, watermarks
 from inorder.ops.statefiles import load_partition_state, loadable_versions
 from inorder.ops.target import OpsTarget
 from inorder.records import TopicPartition
@@ -157,7 +157,7 @@ class Replayer:
     # -- starting point ----------------------------------------------------------------------
 
     def _start(self, log: Any, low: int) -> tuple[int, dict[str, KeyEntry], PartitionMeta]:
-        from inorder.statecodec import StateCodec
+        from inorder.state.codec import StateCodec
 
         wanted = self.options.from_version
         if wanted is None:

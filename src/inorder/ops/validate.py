@@ -35,9 +35,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inorder.ops.batchlog import BatchLog, load_batch_log
+from inorder.ops.kafka_reads import offsets_for_time, partitions, watermarks
 from inorder.ops.output import OutputView
 from inorder.ops.recompute import DEFAULT_CHUNK_RECORDS, PartitionRecompute, plan_segments
-from inorder.ops.records import offsets_for_time, partitions, watermarks
 from inorder.ops.statefiles import load_partition_state, loadable_versions
 from inorder.ops.target import OpsTarget
 from inorder.records import TopicPartition
@@ -280,7 +280,7 @@ def _start_state(
     Only versions ending at or after ``at_least`` (Kafka's log start when records expired)
     count; when none ends before ``wanted``, the earliest one after it is taken.
     """
-    from inorder.statecodec import StateCodec
+    from inorder.state.codec import StateCodec
 
     candidates = []
     try:

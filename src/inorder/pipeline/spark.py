@@ -24,7 +24,7 @@ def build_spark_session(
     python (without pyarrow) fail with nothing but "Python worker failed to connect back".
 
     Python workers are forked from inorder's daemon (``spark.python.daemon.module`` =
-    ``inorder._daemon``, see :func:`daemon_module_default`), which imports PySpark, pyarrow
+    ``inorder.spark.daemon``, see :func:`daemon_module_default`), which imports PySpark, pyarrow
     and inorder's engine once instead of in every new worker. ``conf`` overrides every
     default here, that one included (``pyspark.daemon`` is PySpark's own).
 
@@ -83,7 +83,7 @@ def build_spark_session(
 DAEMON_MODULE_KEY = "spark.python.daemon.module"
 
 #: The worker daemon module inorder sets by default.
-INORDER_DAEMON = "inorder._daemon"
+INORDER_DAEMON = "inorder.spark.daemon"
 
 
 def daemon_module_default(master: str, conf: Mapping[str, str]) -> str | None:

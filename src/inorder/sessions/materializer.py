@@ -2,9 +2,9 @@
 
 After micro-batch ``B``'s change rows are committed, :meth:`Materializer.after_commit` reads
 them back from the change log, applies them to the tables it keeps
-(:class:`~inorder.sessions.materialize.TableBook`) and writes, as batch ``B`` of its own output:
+(:class:`~inorder.sessions.table_book.TableBook`) and writes, as batch ``B`` of its own output:
 
-* every live session's full table when :func:`~inorder.sessions.materialize.due` (reason
+* every live session's full table when :func:`~inorder.sessions.table_book.due` (reason
   ``periodic``),
 * the final table of each session an ``end`` dropped in ``B`` (reason ``end``) and an empty
   table for each session a ``reset`` dropped (reason ``reset``).
@@ -34,7 +34,9 @@ import pyarrow.compute as pc
 
 from inorder.errors import ConfigError
 from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS
-from inorder.sessions.materialize import (
+from inorder.sessions.processor import SessionTables
+from inorder.sessions.rebuild import NON_ROW_COLUMNS, ordered_changes
+from inorder.sessions.table_book import (
     PERIODIC,
     ChangeRow,
     Materialization,
@@ -42,8 +44,6 @@ from inorder.sessions.materialize import (
     TableBook,
     due,
 )
-from inorder.sessions.processor import SessionTables
-from inorder.sessions.rebuild import NON_ROW_COLUMNS, ordered_changes
 from inorder.sinks.base import Sink, SinkError
 
 #: Columns of a materialization row in front of the row data, after ``ORIGIN_FIELDS``.

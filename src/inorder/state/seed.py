@@ -34,7 +34,7 @@ def seed_partition_state(
 ) -> int:
     """Write ``entries`` as the version -1 snapshot of ``tp``; return the number of keys.
 
-    ``state_codec`` encodes the states (``inorder.statecodec.StateCodec`` of the state type);
+    ``state_codec`` encodes the states (``inorder.state.codec.StateCodec`` of the state type);
     ``start_offset`` is the first offset the pipeline will read for ``tp``; ``epoch`` is the
     checkpoint's state epoch (``CheckpointStore.state_meta()["epoch"]``).
     """

@@ -251,7 +251,7 @@ class GroupProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Declare the group's state variables; build the codecs once per task."""
         from inorder.schema import RowEncoder
-        from inorder.statecodec import StateCodec
+        from inorder.state.codec import StateCodec
 
         self._entries = handle.getMapState("entries", ENTRY_KEY_DDL, ENTRY_VALUE_DDL)
         self._meta = handle.getValueState("meta", META_DDL)

@@ -47,7 +47,7 @@ def read_chunks(
         return
     batches = read_range(options, tp, start, end, markers=False)
     if getattr(options, "archive", ""):  # a tiered source: archive below its end, then Kafka
-        from inorder.archive.ops import read_tiered
+        from inorder.archive.tool_reads import read_tiered
 
         batches = read_tiered(options, tp, start, end)
     for batch in batches:

@@ -8,7 +8,7 @@ the largest single cost of a micro-batch in the profile (see docs/benchmarks.md)
 objects alive after a worker's first task into the permanent generation (``gc.freeze``) makes
 those collections scan only what later tasks create.
 
-Workers forked from inorder's daemon (:mod:`inorder._daemon`) start with the preloaded modules
+Workers forked from inorder's daemon (:mod:`inorder.spark.daemon`) start with the preloaded modules
 already frozen; this freezes what the first task added (the task's function, the processor's
 modules, caches), which is still most of what a reused worker keeps.
 """

@@ -1,0 +1,1 @@
+"""Code that runs inside Spark's Python workers: the preloading worker daemon and heap care."""
