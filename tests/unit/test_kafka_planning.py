@@ -438,3 +438,19 @@ def test_records_become_arrow_columns_of_the_source_schema() -> None:
     assert batch.column("offset").to_pylist() == [3, 9, 12]
     assert batch.column("timestampType").to_pylist() == [1, -1, 0]
     assert batch.column("timestamp").is_null().to_pylist() == [False, True, False]
+
+
+def test_source_options_repr_hides_secrets() -> None:
+    from inorder.kafka.options import parse_options
+
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": "127.0.0.1:9",
+            "subscribe": "t",
+            "kafka.sasl.password": "hunter2",
+            "kafka.security.protocol": "SASL_SSL",
+        }
+    )
+    shown = repr(options)
+    assert "hunter2" not in shown and "'sasl.password': '***'" in shown
+    assert "SASL_SSL" in shown and "bootstrap_servers='127.0.0.1:9'" in shown

@@ -38,6 +38,7 @@ from inorder.engine.task import INPUT_EXPRS, TaskSpec, run_task
 from inorder.engine.violations import ViolationEvent
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
+from inorder.kafka.options import SourceOptions
 from inorder.processor import Processor, processor_types
 from inorder.sinks.base import Sink, SinkError
 from inorder.state.checkpoint import CheckpointStore
@@ -127,8 +128,12 @@ class PartitionBackend:
         state_options: StateOptions | None = None,
         storage_options: dict[str, str] | None = None,
         max_tasks: int | None = None,
+        source_options: SourceOptions | None = None,
     ) -> None:
         self.processor = processor
+        #: When set, the source only plans (``inorder.rangesOnly``) and each task reads its
+        #: ranges from Kafka with these options.
+        self.source_options = source_options
         #: Tasks per micro-batch at most (``None``: the cluster's cores, Spark's default
         #: parallelism; 0: one task per topic-partition).
         self.max_tasks = max_tasks
@@ -206,6 +211,7 @@ class PartitionBackend:
             processing_us=processing_us,
             dead_letter_sink=self.dead_letter_sink,
             state_options=self.state_options,
+            source_options=self.source_options,
         )
 
     def plan(self, df: Any, batch_id: int) -> Any:

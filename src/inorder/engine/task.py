@@ -26,6 +26,8 @@ from inorder.engine.apply import OrderedApplier, RecordTuple
 from inorder.engine.results import RESULT_SCHEMA, ResultFile, TaskResult, result_row
 from inorder.engine.violations import DeadLetter, ViolationEvent
 from inorder.integrity import Integrity
+from inorder.kafka.consumer import read_records
+from inorder.kafka.options import SourceOptions
 from inorder.processor import Processor
 from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS, TopicPartition
 from inorder.sinks.base import BatchWriter, Sink, WrittenFile
@@ -71,6 +73,9 @@ class TaskSpec:
     dead_letter_sink: Sink | None = None
     state_options: StateOptions = field(default_factory=StateOptions)
     max_events: int = 100
+    #: Set when the source only plans (``inorder.rangesOnly``): each marker row's range is
+    #: read from Kafka here, by the task that applies it.
+    source_options: SourceOptions | None = None
 
 
 def open_applier(
@@ -298,6 +303,36 @@ def _marker_rows(batch: pa.RecordBatch) -> list[int]:
     ]
 
 
+def _marker_ranges(batch: pa.RecordBatch, markers: list[int]) -> list[tuple[int, int]]:
+    """The planned ``[start, end)`` of each marker row (its ``inorder.range`` header)."""
+    headers = _headers_column(batch.take(pa.array(markers, pa.int64())))
+    ranges = []
+    for h in headers:
+        start, _, end = (h[0][1] or b"").decode().partition("-")
+        ranges.append((int(start), int(end)))
+    return ranges
+
+
+def _read_and_apply(part: _PartitionWork, options: SourceOptions, start: int, end: int) -> None:
+    """Read ``[start, end)`` of the partition from Kafka and apply it, a fetch at a time."""
+    applier = part.applier
+    timings = part.timings
+    chunks = read_records(options, part.tp, start, end)
+    try:
+        while applier.failed is None:
+            asked = time.perf_counter()
+            chunk = next(chunks, None)
+            started = time.perf_counter()
+            timings["read"] = timings.get("read", 0.0) + started - asked
+            if chunk is None:
+                return
+            applier.apply(chunk)
+            timings["apply"] = timings.get("apply", 0.0) + time.perf_counter() - started
+            part.flush()
+    finally:
+        chunks.close()
+
+
 def _record_tuples(batch: pa.RecordBatch) -> Iterator[RecordTuple]:
     """The applier's record tuples of an Arrow batch (column-wise conversion: fast)."""
     n = batch.num_rows
@@ -350,6 +385,9 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                 part.timings["input_wait"] = part.timings.get("input_wait", 0.0) + waited
                 waited = 0.0
             markers = _marker_rows(run)
+            if spec.source_options is not None and markers:
+                for start, end in _marker_ranges(run, markers):
+                    _read_and_apply(part, spec.source_options, start, end)
             if markers == [0]:
                 run = run.slice(1)
             elif markers:

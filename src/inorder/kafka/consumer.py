@@ -27,7 +27,7 @@ import logging
 import operator
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -196,12 +196,57 @@ def read_range(
     partition, expected and available offsets, or are skipped with a warning when
     ``failOnDataLoss`` is false. A deleted topic is handled the same way.
     """
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Message
-    from confluent_kafka import TopicPartition as CTP
-
     freeze_worker_heap()
     if markers if markers is not None else options.partition_markers:
         yield marker_batch(tp, start, end)
+    for messages, offsets in message_runs(options, tp, start, end):
+        yield _to_batch(tp, messages, offsets, options.include_headers)
+
+
+def read_records(
+    options: SourceOptions, tp: TopicPartition, start: int, end: int
+) -> Generator[list[tuple[int, bytes | None, bytes | None, int | None, Any]], None, None]:
+    """The records of ``tp`` in ``[start, end)`` as the engine's record tuples, in chunks.
+
+    ``(offset, key, value, timestamp_us, headers)``, straight from the consumer's messages
+    (no Arrow on the way); losses are handled as by :func:`read_range`.
+    """
+    from confluent_kafka import Message
+
+    headers_of = Message.headers if options.include_headers else None
+    for messages, offsets in message_runs(options, tp, start, end):
+        n = len(messages)
+        offset_list = range(offsets, offsets + n) if isinstance(offsets, int) else offsets
+        # confluent-kafka timestamps: (0 not available | 1 create | 2 log append, ms)
+        stamps = [ms * 1000 if kind else None for kind, ms in map(Message.timestamp, messages)]
+        headers: Any = (
+            itertools.repeat(None, n)
+            if headers_of is None
+            else [h or None for h in map(headers_of, messages)]
+        )
+        yield list(
+            zip(
+                offset_list,
+                map(Message.key, messages),
+                map(Message.value, messages),
+                stamps,
+                headers,
+                strict=False,
+            )
+        )
+
+
+def message_runs(
+    options: SourceOptions, tp: TopicPartition, start: int, end: int
+) -> Iterator[tuple[list[Any], list[int] | int]]:
+    """The consumer's messages of ``[start, end)``, in offset order, a fetch at a time.
+
+    Each item is ``(messages, offsets)``: ``offsets`` is the list of their offsets, or the
+    first offset when they are contiguous.
+    """
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+    from confluent_kafka import TopicPartition as CTP
+
     if start >= end:
         return
     try:
@@ -244,7 +289,7 @@ def read_range(
                 if messages:
                     expected = last + 1
                     last_progress = time.monotonic()
-                    yield _to_batch(tp, messages, offsets, options.include_headers)
+                    yield messages, offsets
                 if done:
                     break
                 continue
@@ -290,8 +335,7 @@ def read_range(
                     )
             if data:
                 last_progress = time.monotonic()
-                data_offsets = [int(m.offset() or 0) for m in data]
-                yield _to_batch(tp, data, data_offsets, options.include_headers)
+                yield data, [int(m.offset() or 0) for m in data]
             if done:
                 break
             if not messages:

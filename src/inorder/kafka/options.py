@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 
 from inorder.durations import parse_duration
@@ -40,6 +40,7 @@ OPTION_NAMES = {
         "kafkaConsumer.pollTimeoutMs",
         "groupIdPrefix",
         "inorder.partitionMarkers",
+        "inorder.rangesOnly",
         "inorder.tickIntervalMs",
         "inorder.batchRows",
         "inorder.metadataTimeoutMs",
@@ -96,6 +97,7 @@ class SourceOptions:
     metadata_timeout_ms: int = DEFAULT_METADATA_TIMEOUT_MS
     group_id_prefix: str = "inorder-kafka"
     partition_markers: bool = False
+    ranges_only: bool = False
     tick_interval_ms: int | None = None
     batch_rows: int = DEFAULT_BATCH_ROWS
     kafka: Mapping[str, str] = field(default_factory=dict)
@@ -122,6 +124,13 @@ class SourceOptions:
     def redacted_kafka(self) -> dict[str, str]:
         """The passthrough settings with secrets replaced by ``***`` (safe to print)."""
         return redact(self.kafka)
+
+    def __repr__(self) -> str:
+        # The options travel to executors inside task specs; their repr must be safe to log.
+        shown = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "kafka"
+        )
+        return f"SourceOptions({shown}, kafka={self.redacted_kafka()!r})"
 
 
 def redact(conf: Mapping[str, str]) -> dict[str, str]:
@@ -297,6 +306,12 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "topic-partition in one task, in offset order, with one state and one watermark "
             "per partition); backend='spark' spreads keys over more tasks instead"
         )
+    ranges_only = _bool("inorder.rangesOnly", raw.get("inorder.rangesonly", "false"))
+    if ranges_only and not markers:
+        raise ConfigError(
+            "inorder.rangesOnly: needs inorder.partitionMarkers=true (the marker rows are "
+            "all that is read)"
+        )
     if "maxtriggerdelay" in raw and min_per is None:
         raise ConfigError("maxTriggerDelay: only meaningful with minOffsetsPerTrigger")
     delay = (
@@ -353,6 +368,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         ),
         group_id_prefix=raw.get("groupidprefix", "inorder-kafka"),
         partition_markers=markers,
+        ranges_only=ranges_only,
         tick_interval_ms=tick,
         batch_rows=_positive_int(
             "inorder.batchRows", raw.get("inorder.batchrows", str(DEFAULT_BATCH_ROWS))

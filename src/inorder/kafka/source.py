@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
 
 from inorder.errors import ConfigError, DataLossError, InorderError
 from inorder.kafka.admin import KafkaAdmin
-from inorder.kafka.consumer import read_range
+from inorder.kafka.consumer import marker_batch, read_range
 from inorder.kafka.offsets import EARLIEST, LATEST, SourceOffset
 from inorder.kafka.options import SourceOptions, parse_options
 from inorder.kafka.planning import (
@@ -335,4 +335,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Records of one range, in offset order (after the marker row, if enabled)."""
         assert isinstance(partition, KafkaInputPartition)
         tp = TopicPartition(partition.topic, partition.partition)
+        if self._options.ranges_only:  # the engine task reads the range itself
+            yield marker_batch(tp, partition.start, partition.end)
+            return
         yield from read_range(self._options, tp, partition.start, partition.end)

@@ -125,8 +125,20 @@ class PipelineRunner:
     def _trigger_kwargs(self) -> dict[str, Any]:
         return trigger_kwargs(self.pipeline.trigger)
 
+    def _reads_in_tasks(self) -> bool:
+        """Whether the engine's tasks read Kafka themselves (the source only plans ranges).
+
+        The partition backend does, saving the records' trip through Spark's JVM; the spark
+        backend needs the rows in Spark for its shuffle, and a source reading through an
+        archive reads the archived offsets itself.
+        """
+        p = self.pipeline
+        return p.backend == "partition" and not p.source.archive
+
     def _source_options(self) -> dict[str, str]:
         options = {"inorder.partitionMarkers": "true"}
+        if self._reads_in_tasks():
+            options["inorder.rangesOnly"] = "true"
         tick = self.pipeline.tick_interval
         if tick is not None and "processingTime" in self._trigger_kwargs():
             options["inorder.tickIntervalMs"] = str(int(tick.total_seconds() * 1000))
@@ -229,7 +241,12 @@ class PipelineRunner:
             conf=dict(p.spark_conf),
             log_file=self._log_file,
         )
-        df = p.source.load(self._spark, extra_options=self._source_options())
+        extra = self._source_options()
+        df = p.source.load(self._spark, extra_options=extra)
+        if self._reads_in_tasks():
+            from inorder.kafka.options import parse_options
+
+            self._backend.source_options = parse_options({**p.source.to_options(), **extra})
         prepare = getattr(self._backend, "prepare_stream", None)
         if prepare is not None:  # e.g. the spark backend's keyed stage (transformWithState)
             df = prepare(df)
