@@ -9,7 +9,8 @@ shapes of the loop are measured, each after a warm-up pass:
 * ``strict``: ``Integrity.strict()`` (policy ``fail``), record timestamps as event time;
 * ``sequence``: ``Integrity.strict(sequence_field=...)``: the sequence check on every record;
 * ``none``: ``Integrity.none()`` (policy ``dead_letter``: the state is copied before each
-  call so a rejected call can leave it as it was);
+  call so a rejected call can leave it as it was, with the state codec as the engine's tasks
+  do);
 * ``external``: ``strict`` with records carrying their partition's watermark (the Spark
   backend's form).
 
@@ -112,6 +113,15 @@ def measure(n: int, runs: int) -> dict[str, list[float]]:
         "none": Integrity.none(),
         "external": Integrity.strict(),
     }
+    # The engine's tasks copy state with the state codec (a tree without StateCodec.copy
+    # copies with copy.deepcopy, the applier's default).
+    try:
+        from inorder.state.codec import StateCodec
+
+        copier: Any = getattr(StateCodec(Acc), "copy", None)
+    except ImportError:
+        copier = None
+    copy_kwargs = {} if copier is None else {"copy_state": copier}
     results: dict[str, list[float]] = {}
     for shape in SHAPES:
         records = _records(n, shape)
@@ -128,6 +138,7 @@ def measure(n: int, runs: int) -> dict[str, list[float]]:
                 datetime(2026, 1, 1, tzinfo=UTC),
                 PartitionMeta(),
                 external_watermark=shape == "external",
+                **copy_kwargs,
             )
             started = time.process_time()
             applier.apply(records)  # type: ignore[arg-type]

@@ -313,3 +313,33 @@ def test_round_trip_property(state: SiteStatsAdded) -> None:
     assert codec.decode(codec.encode(state)) == state
     # And the same bytes read by the older type keep the fields it knows.
     assert StateCodec(SiteStats).decode(codec.encode(state)) == SiteStats(state.count, state.total)
+
+
+def test_copy_is_independent_and_equal() -> None:
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Rows:
+        rows: dict[str, list[int]] = field(default_factory=dict)
+        seq: int = 0
+
+    codec = StateCodec(Rows)
+    original = Rows({"a": [1, 2]}, 3)
+    copied = codec.copy(original)
+    assert copied == original and copied is not original
+    copied.rows["a"].append(9)
+    copied.seq = 4
+    assert original == Rows({"a": [1, 2]}, 3)
+
+
+def test_copy_of_a_state_the_codec_cannot_take_falls_back_to_deepcopy() -> None:
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Loose:
+        items: dict[str, Any] = field(default_factory=dict)
+
+    codec = StateCodec(Loose)
+    original = Loose({"x": object()})  # msgpack cannot encode it
+    copied = codec.copy(original)
+    assert copied is not original and copied.items.keys() == original.items.keys()

@@ -324,6 +324,7 @@ class GroupProcessor(StatefulProcessor):
             processing_us,
             meta,
             max_events=spec.max_events,
+            copy_state=self._codec.copy,
             external_watermark=True,
         )
         # "resorted": Spark delivered this group's rows out of offset order (spills, fetches).

@@ -101,6 +101,7 @@ def open_applier(
         spec.processing_us,
         meta,
         max_events=spec.max_events,
+        copy_state=state_codec.copy,
         external_watermark=external_watermark,
     )
     return store, applier
