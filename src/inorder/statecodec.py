@@ -1,23 +1,6 @@
-"""Deprecated home of :mod:`inorder.state.codec`; these names keep working from here."""
+"""Deprecated home of :mod:`inorder.state.codec`; its names keep working from here."""
 
 from __future__ import annotations
 
-from inorder.state.codec import (
-    FINGERPRINT_FORMAT,
-    StateCodec,
-    check_compatible,
-    describe_changes,
-    fingerprint,
-    type_string,
-    validate_state_type,
-)
-
-__all__ = [
-    "FINGERPRINT_FORMAT",
-    "StateCodec",
-    "check_compatible",
-    "describe_changes",
-    "fingerprint",
-    "type_string",
-    "validate_state_type",
-]
+from inorder.state.codec import *  # noqa: F403
+from inorder.state.codec import __all__ as __all__
