@@ -3,17 +3,25 @@
 Also the Spark backend (``transformWithState``), against the partition backend on the same
 batch size in the same run.
 
-Run: ``.venv/bin/python bench/engine_throughput.py [--records N] [--runs R]``
+Run: ``.venv/bin/python bench/engine_throughput.py [--sizes 200000,500000] [--runs R]
+[--rounds N]``
 
 All three do the same per-key work (count and sum a value per key, 10k keys) over the same
 synthetic records (no broker: records are generated inside the Spark tasks, Kafka-shaped,
-one Spark partition per topic-partition, on ``local[2]``):
+one Spark partition per topic-partition, on ``local[2]``), and all three get the same number
+of records per batch (each of ``--sizes``, split over the 2 topic-partitions):
 
 * **partition backend**: ``PartitionBackend.run_batch`` per micro-batch (decode, ordered
   apply, state delta checkpoint, commit), state carried over between batches;
 * **baseline**: a streaming query ``groupBy(key).applyInPandasWithState`` (RocksDB state
   store) fed by the ``rate-micro-batch`` source, same keys and values;
-* **ceiling**: a single-process pure-Python loop over the same records (decode + dict upsert).
+* **ceiling**: a single-process pure-Python loop over the same records (decode + dict upsert),
+  timed from the Arrow batch (its conversion to Python values is inside the timer, as the
+  backend's is).
+
+The backend and the baseline alternate, ``--rounds`` times per size, each round with a fresh
+checkpoint, one warm-up batch and ``--runs`` timed batches; the median of all timed batches
+of a contender is printed.
 
 Then the state store alone: 1M keys in state, 1k changed per batch: the cost of a batch's
 checkpoint (delta + cache update) against writing the full state, and the recovery time of
@@ -274,15 +282,15 @@ def bench_vanilla(spark: Any, rows_per_batch: int, runs: int, tmp: str) -> list[
 
 
 def bench_pure_python(records: int, runs: int) -> list[float]:
-    """records/s of a plain Python loop: decode + per-key dict upsert (single process)."""
+    """records/s of a plain Python loop: Arrow -> Python, decode, per-key dict upsert."""
     batch = partition_batch(0, 0, records)
-    keys = batch.column("key").to_pylist()
-    values = batch.column("value").to_pylist()
     codec = BenchCodec()
     rates = []
     for _ in range(runs):
         state: dict[str, list[int]] = {}
         started = time.perf_counter()
+        keys = batch.column("key").to_pylist()
+        values = batch.column("value").to_pylist()
         for k, v in zip(keys, values, strict=True):
             key, x = codec.decode(v, k)
             acc = state.get(key)
@@ -355,12 +363,15 @@ def bench_state(keys: int, changed: int, runs: int, tmp: str) -> dict[str, float
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--records", type=int, default=1_000_000, help="records per partition per batch"
+        "--sizes",
+        default="200000,500000",
+        help="records per batch (all topic-partitions together), comma-separated; every "
+        "contender gets the same sizes",
     )
+    parser.add_argument("--runs", type=int, default=3, help="timed batches per round")
     parser.add_argument(
-        "--vanilla-records", type=int, default=200_000, help="rows per vanilla batch"
+        "--rounds", type=int, default=2, help="backend/baseline alternations per size"
     )
-    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--state-keys", type=int, default=1_000_000)
     parser.add_argument("--skip-spark", action="store_true")
     parser.add_argument(
@@ -381,8 +392,10 @@ def main() -> int:
     try:
         if args.backends_only:
             return bench_backends(args.spark_backend_records, args.runs, tmp)
-        py = statistics.median(bench_pure_python(args.records, args.runs))
-        print(f"pure-python loop (1 process):  {py:>12,.0f} rec/s", flush=True)
+        sizes = [int(n) for n in args.sizes.split(",") if n.strip()]
+        py = {n: statistics.median(bench_pure_python(n, args.runs)) for n in sizes}
+        for n, rate in py.items():
+            print(f"pure-python loop (1 process), {n:,}/batch: {rate:>12,.0f} rec/s", flush=True)
         state = bench_state(args.state_keys, 1000, args.runs, tmp)
         print(
             f"state, {args.state_keys:,} keys, 1k changed/batch: checkpoint "
@@ -396,8 +409,23 @@ def main() -> int:
         from inorder.pipeline.spark import build_spark_session
 
         spark = build_spark_session("local[2]", "inorder-bench", local_dir=tmp)
-        ours = statistics.median(bench_partition_backend(spark, args.records, args.runs, tmp))
-        print(f"partition backend (local[2]):  {ours:>12,.0f} rec/s", flush=True)
+        for n in sizes:
+            ours: list[float] = []
+            base: list[float] = []
+            for r in range(args.rounds):
+                ours += bench_partition_backend(
+                    spark, n // PARTITIONS, args.runs, os.path.join(tmp, f"backend-{n}-{r}")
+                )
+                print(f"  {n:,}/batch round {r + 1}: partition backend {ours[-args.runs :]}")
+                base += bench_vanilla(spark, n, args.runs, os.path.join(tmp, f"vanilla-{n}-{r}"))
+                print(f"  {n:,}/batch round {r + 1}: applyInPandasWithState {base[-args.runs :]}")
+            o, b = statistics.median(ours), statistics.median(base)
+            print(
+                f"{n:,} records/batch: partition backend {o:,.0f} rec/s, "
+                f"applyInPandasWithState {b:,.0f} rec/s, pure-python {py[n]:,.0f} rec/s; "
+                f"backend/baseline {o / b:.1f}x, backend/pure-python {o / py[n]:.2f}x",
+                flush=True,
+            )
         if args.spark_backend_records > 0:
             n = args.spark_backend_records
             same = statistics.median(
@@ -410,9 +438,6 @@ def main() -> int:
                 f"({keyed / same:.2f}x the partition backend)",
                 flush=True,
             )
-        base = statistics.median(bench_vanilla(spark, args.vanilla_records, args.runs, tmp))
-        print(f"applyInPandasWithState:        {base:>12,.0f} rec/s", flush=True)
-        print(f"ratio backend/baseline: {ours / base:.1f}x; backend/pure-python: {ours / py:.2f}x")
         spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
