@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fixtures.sessions_job import (
+    TWO_LOCAL_CORES,
+    assert_matches_truth,
+    run_command,
+    run_to_the_end,
+    sessions_config,
+    spark_child_env,
+    two_partition_simulation,
+)
 
 from inorder.commands.run import dump_toml
-from inorder.dev.sim_model import SimulationConfig
 from inorder.dev.simulator import simulate
-from inorder.dev.verify import verify_tables
-from inorder.pipeline.config import validate
-from inorder.sessions.rebuild import read_changes, rebuild_tables
 
 
 @pytest.mark.parametrize(
@@ -29,42 +32,25 @@ def test_signal_stops_cleanly_and_next_run_resumes(
     kafka: Any, tmp_path: Path, signum: signal.Signals
 ) -> None:
     prefix = f"sig-{random.randrange(10**9)}-"
-    truth = simulate(
-        SimulationConfig(
-            sites=1,
-            topic_prefix=prefix,
-            partitions=2,
-            sessions_per_site=4,
-            rows_per_snapshot=5,
-            messages=3000,
-            restart_every=100,
-            seed=9,
-        ),
+    simulation = two_partition_simulation(
+        prefix, 9, sessions_per_site=4, rows_per_snapshot=5, messages=3000, restart_every=100
+    )
+    truth = simulate(simulation, kafka.bootstrap_servers).ground_truth
+    config = sessions_config(
         kafka.bootstrap_servers,
-    ).ground_truth
-    config = validate(
-        {
-            "pipeline": {
-                "checkpoint": str(tmp_path / "ckpt"),
-                "trigger": "1 second",
-                "progress": "json",
-            },
-            "source": {
-                "bootstrap_servers": kafka.bootstrap_servers,
-                "topic_pattern": f"{prefix}.*",
-                "max_offsets_per_trigger": 500,
-            },
-            "processor": {"type": "sessions"},
-            "sink": {"path": str(tmp_path / "out")},
-            "spark": {"master": "local[2]"},
-        }
+        prefix,
+        tmp_path,
+        max_offsets=500,
+        trigger="1 second",
+        progress="json",
+        sink={"path": str(tmp_path / "out")},
+        spark=TWO_LOCAL_CORES,
     )
     toml = tmp_path / "p.toml"
     toml.write_text(dump_toml(config))
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "inorder.cli", "run", str(toml)],
-        env=env,
+        run_command(toml),
+        env=spark_child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -81,32 +67,6 @@ def test_signal_stops_cleanly_and_next_run_resumes(
     assert "Traceback" not in err and "Exception" not in err, err[-3000:]
     assert "stopping after the current batch" in out + err
     # The next run (until caught up) resumes where the first stopped: exact, no duplicates.
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "inorder.cli",
-            "run",
-            str(toml),
-            "--trigger",
-            "available-now",
-            "--quiet",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_to_the_end(toml, "--quiet")
     assert done.returncode == 0, done.stderr[-3000:]
-    changes = read_changes(str(tmp_path / "out"))
-    keys = list(
-        zip(
-            *(
-                changes.column(c).to_pylist()
-                for c in ("topic", "partition", "offset", "row_id", "op")
-            ),
-            strict=True,
-        )
-    )
-    assert len(keys) == len(set(keys))
-    assert verify_tables(rebuild_tables(changes), truth, changes).ok
+    assert_matches_truth(tmp_path / "out", truth)

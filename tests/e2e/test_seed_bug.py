@@ -7,7 +7,6 @@ updates applied out of order — on the very input where inorder's session table
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import sys
@@ -15,11 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
+from tests.fixtures.sessions_job import (
+    sessions_config,
+    spark_child_env,
+    two_partition_simulation,
+    verify_changes,
+)
 
-from inorder.dev.sim_model import SimulationConfig
 from inorder.dev.simulator import simulate
 from inorder.dev.verify import verify_tables
-from inorder.pipeline.config import build_pipeline, validate
+from inorder.pipeline.config import build_pipeline
 from inorder.sessions.rebuild import read_changes, rebuild_tables
 
 SCRIPT = Path(__file__).parents[2] / "examples" / "vanilla_seed_bug.py"
@@ -29,19 +33,10 @@ def test_vanilla_leaves_stuck_rows_where_inorder_is_exact(
     kafka: Any, spark: Any, tmp_path: Path
 ) -> None:
     prefix = f"seed-{random.randrange(10**9)}-"
-    truth = simulate(
-        SimulationConfig(
-            sites=1,
-            topic_prefix=prefix,
-            partitions=2,
-            sessions_per_site=6,
-            rows_per_snapshot=10,
-            messages=6000,
-            restart_every=0,
-            seed=13,
-        ),
-        kafka.bootstrap_servers,
-    ).ground_truth
+    simulation = two_partition_simulation(
+        prefix, 13, sessions_per_site=6, rows_per_snapshot=10, messages=6000, restart_every=0
+    )
+    truth = simulate(simulation, kafka.bootstrap_servers).ground_truth
     done = subprocess.run(
         [
             sys.executable,
@@ -51,7 +46,7 @@ def test_vanilla_leaves_stuck_rows_where_inorder_is_exact(
             str(tmp_path / "vanilla"),
             str(tmp_path / "vanilla-ckpt"),
         ],
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        env=spark_child_env(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -61,22 +56,9 @@ def test_vanilla_leaves_stuck_rows_where_inorder_is_exact(
     vanilla_check = verify_tables(rebuild_tables(vanilla), truth)
     assert vanilla_check.mismatched, "vanilla Spark kept the order this time: no stuck rows"
 
-    config = validate(
-        {
-            "pipeline": {
-                "checkpoint": str(tmp_path / "ckpt"),
-                "trigger": "available-now",
-                "progress": "quiet",
-            },
-            "source": {
-                "bootstrap_servers": kafka.bootstrap_servers,
-                "topic_pattern": f"{prefix}.*",
-            },
-            "processor": {"type": "sessions"},
-            "sink": {"path": str(tmp_path / "out")},
-        }
-    )
+    sink = {"path": str(tmp_path / "out")}
+    config = sessions_config(kafka.bootstrap_servers, prefix, tmp_path, sink=sink)
     build_pipeline(config).run()
     changes = read_changes(str(tmp_path / "out"))
-    check = verify_tables(rebuild_tables(changes), truth, changes)
+    check = verify_changes(changes, truth)
     assert check.ok and check.exact == check.sessions, "\n".join(check.lines())

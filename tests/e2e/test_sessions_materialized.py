@@ -6,63 +6,56 @@ that ended must have an ``end`` materialization equal to its final ground-truth 
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
 import pytest
+from tests.fixtures.sessions_job import (
+    kill_9,
+    run_to_the_end,
+    sessions_config,
+    start_quiet_run,
+    two_partition_simulation,
+)
 from tests.integration.materialize_support import check_materializations
 
-from inorder.dev.sim_model import FaultRates, SimulationConfig
+from inorder.dev.sim_model import SimulationConfig
 from inorder.dev.simulator import GroundTruth, simulate
-from inorder.pipeline.config import build_pipeline, validate
+from inorder.pipeline.config import build_pipeline
 from inorder.sessions.materializer import read_materialized
 from inorder.sessions.rebuild import read_changes
 
 EVERY = 2
 
 
-def config(bootstrap: str, prefix: str, work: Path, **pipeline: Any) -> dict[str, Any]:
-    return validate(
-        {
-            "pipeline": {
-                "name": "e2e-materialized",
-                "checkpoint": str(work / "checkpoint"),
-                "trigger": "available-now",
-                "progress": "quiet",
-                **pipeline,
-            },
-            "source": {
-                "bootstrap_servers": bootstrap,
-                "topic_pattern": f"{prefix}.*",
-                "max_offsets_per_trigger": 800,
-            },
-            "processor": {"type": "sessions"},
-            "sink": {"path": str(work / "output"), "partition_by": ["topic"]},
-            "materialized": {"every": EVERY, "path": str(work / "tables")},
-        }
+def config(
+    bootstrap: str, prefix: str, work: Path, trigger: str = "available-now"
+) -> dict[str, Any]:
+    return sessions_config(
+        bootstrap,
+        prefix,
+        work,
+        name="e2e-materialized",
+        max_offsets=800,
+        trigger=trigger,
+        materialized={"every": EVERY, "path": str(work / "tables")},
     )
 
 
 def simulation(prefix: str, seed: int, messages: int) -> SimulationConfig:
-    return SimulationConfig(
+    return two_partition_simulation(
+        prefix,
+        seed,
         sites=2,
-        topic_prefix=prefix,
-        partitions=2,
         sessions_per_site=15,
         rows_per_snapshot=6,
         messages=messages,
         restart_every=60,
         end_probability=0.02,
-        faults=FaultRates(drop=0.01, duplicate=0.01, swap=0.01, malformed=0.01),
-        faulty_sessions=0.2,
-        seed=seed,
+        faulty=0.2,
     )
 
 
@@ -125,22 +118,12 @@ def test_kill_9_restarts_keep_materializations_exact(kafka: Any, tmp_path: Path)
     from inorder.commands.run import dump_toml
 
     toml.write_text(dump_toml(cfg))
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    command = [sys.executable, "-m", "inorder.cli", "run", str(toml), "--quiet"]
     rng = random.Random(13)
     for _ in range(3):
-        proc = subprocess.Popen(command, env=env, start_new_session=True, cwd=tmp_path)
+        proc = start_quiet_run(toml, tmp_path)
         time.sleep(rng.uniform(18, 30))
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM
-        proc.wait()
-    done = subprocess.run(
-        [*command, "--trigger", "available-now"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+        kill_9(proc)
+    done = run_to_the_end(toml, "--quiet", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     counts = check_outputs(tmp_path, result.ground_truth)
     assert counts["ended_checked"] >= 10, counts

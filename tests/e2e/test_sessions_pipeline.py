@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,76 +13,48 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from tests.fixtures.sessions_job import (
+    RESTART_SESSION,
+    assert_matches_truth,
+    kill_9,
+    run_to_the_end,
+    sessions_config,
+    start_quiet_run,
+    two_partition_simulation,
+)
 
-from inorder.dev.sim_model import FaultRates, SimulationConfig
-from inorder.dev.simulator import GroundTruth, simulate
-from inorder.dev.verify import verify_tables
-from inorder.pipeline.config import build_pipeline, validate
+from inorder.dev.sim_model import SimulationConfig
+from inorder.dev.simulator import simulate
+from inorder.pipeline.config import build_pipeline
 from inorder.pipeline.progress import BatchProgress
 from inorder.pipeline.runner import PipelineRunner
-from inorder.sessions.rebuild import read_changes, rebuild_tables
+from inorder.sessions.rebuild import read_changes
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def pipeline_config(bootstrap: str, prefix: str, work: Path, **pipeline: Any) -> dict[str, Any]:
-    """A session-table pipeline over the topics of one simulation."""
-    return validate(
-        {
-            "pipeline": {
-                "name": "e2e",
-                "checkpoint": str(work / "checkpoint"),
-                "trigger": "available-now",
-                "progress": "quiet",
-                **pipeline,
-            },
-            "source": {
-                "bootstrap_servers": bootstrap,
-                "topic_pattern": f"{prefix}.*",
-                "max_offsets_per_trigger": 4000,
-                "topic_discovery_interval": "1 second",
-            },
-            "processor": {"type": "sessions"},
-            "integrity": {"on_violation": "restart_session"},
-            "sink": {"path": str(work / "output"), "partition_by": ["topic"]},
-        }
+def pipeline_config(bootstrap: str, prefix: str, work: Path) -> dict[str, Any]:
+    """A session-table pipeline over the topics of one simulation, a batch every second."""
+    return sessions_config(
+        bootstrap,
+        prefix,
+        work,
+        name="e2e",
+        max_offsets=4000,
+        trigger="1 second",
+        discovery_interval="1 second",
+        integrity=RESTART_SESSION,
     )
 
 
-def simulation(prefix: str, seed: int, faulty: float = 0.0, **extra: Any) -> SimulationConfig:
-    return SimulationConfig(
-        sites=extra.pop("sites", 3),
-        topic_prefix=prefix,
-        partitions=2,
-        sessions_per_site=extra.pop("sessions_per_site", 20),
-        rows_per_snapshot=8,
-        messages=extra.pop("messages", 6000),
-        restart_every=extra.pop("restart_every", 150),
-        faults=FaultRates(drop=0.01, duplicate=0.01, swap=0.01, malformed=0.01)
-        if faulty
-        else FaultRates(),
-        faulty_sessions=faulty,
-        seed=seed,
-        **extra,
-    )
+#: The sizes of the simulations of these tests, unless one says otherwise.
+SIZES = {"sites": 3, "sessions_per_site": 20, "messages": 6000, "restart_every": 150}
 
 
-def assert_matches_truth(output: Path | pa.Table, truth: GroundTruth) -> None:
-    changes = read_changes(str(output)) if isinstance(output, Path) else output
-    keys = list(
-        zip(
-            changes.column("topic").to_pylist(),
-            changes.column("partition").to_pylist(),
-            changes.column("offset").to_pylist(),
-            changes.column("row_id").to_pylist(),
-            changes.column("op").to_pylist(),
-            strict=True,
-        )
+def simulation(prefix: str, seed: int, faulty: float = 0.0, **sizes: int) -> SimulationConfig:
+    return two_partition_simulation(
+        prefix, seed, faulty=faulty, rows_per_snapshot=8, **(SIZES | sizes)
     )
-    assert len(keys) == len(set(keys)), "duplicate change rows"
-    check = verify_tables(rebuild_tables(changes), truth, changes)
-    assert check.ok, "\n".join(check.lines())
-    assert check.exact + check.unknown == check.sessions
 
 
 class RecordCounter:
@@ -125,7 +93,7 @@ def test_session_tables_match_truth_with_late_site_and_faults(
         kafka.bootstrap_servers,
     )
     assert len(first.ground_truth.sessions) >= 200
-    config = pipeline_config(kafka.bootstrap_servers, prefix, tmp_path, trigger="1 second")
+    config = pipeline_config(kafka.bootstrap_servers, prefix, tmp_path)
     counter = RecordCounter()
     runner = PipelineRunner(
         dataclasses.replace(build_pipeline(config), observers=[counter]), handle_signals=False
@@ -169,19 +137,19 @@ def test_session_tables_match_truth_with_late_site_and_faults(
     assert_matches_truth(late_changes, late.ground_truth)
 
 
-@pytest.mark.slow
 def _committed_rows(output: Path) -> int:
     if not (output / "_inorder" / "commits").is_dir():  # no commit yet
         return 0
     return int(read_changes(str(output)).num_rows)
 
 
+@pytest.mark.slow
 def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
     prefix = f"kill-{random.randrange(10**9)}-"
     result = simulate(
         simulation(prefix, seed=3, faulty=0.2, messages=20000), kafka.bootstrap_servers
     )
-    config = pipeline_config(kafka.bootstrap_servers, prefix, tmp_path, trigger="1 second")
+    config = pipeline_config(kafka.bootstrap_servers, prefix, tmp_path)
     # Small batches: 100 micro-batches of at least 1 s, so every kill lands mid-stream.
     config["source"]["max_offsets_per_trigger"] = 200
     config["spark"]["master"] = "local[2]"
@@ -189,16 +157,10 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
     from inorder.commands.run import dump_toml
 
     toml.write_text(dump_toml(config))
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     rng = random.Random(11)
     committed_rows = [0]
     for _ in range(3):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "inorder.cli", "run", str(toml), "--quiet"],
-            env=env,
-            start_new_session=True,
-            cwd=tmp_path,
-        )
+        proc = start_quiet_run(toml, tmp_path)
         # Kill once this run has committed something (Spark's start-up takes 10 s on a quiet
         # machine and over a minute on a loaded one), a few batches later: mid-stream.
         deadline = time.monotonic() + 300
@@ -207,27 +169,9 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
             assert time.monotonic() < deadline, f"no commit within 300 s after {committed_rows}"
             time.sleep(0.5)
         time.sleep(rng.uniform(0, 4))
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM
-        proc.wait()
+        kill_9(proc)
         committed_rows.append(_committed_rows(tmp_path / "output"))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "inorder.cli",
-            "run",
-            str(toml),
-            "--progress",
-            "json",
-            "--trigger",
-            "available-now",
-        ],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_to_the_end(toml, "--progress", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     final = [e for e in events if e["event"] == "summary"][-1]

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Producer
 from tests.e2e.cli_jobs import CountRaw, CountRawSessions, CountReadings
 
-from inorder import Integrity, KafkaSource, ParquetSink, Pipeline
+from inorder import Codec, Integrity, KafkaSource, ParquetSink, Pipeline, Processor
 from inorder.commands.run import dump_toml
 from inorder.errors import ConfigError
 from inorder.pipeline.config import validate
@@ -63,6 +63,28 @@ def _toml(
     path = tmp_path / "p.toml"
     path.write_text(dump_toml(config))
     return path
+
+
+def _pipeline(
+    bootstrap: str,
+    topic: str,
+    processor: Processor[Any, Any, Any],
+    integrity: Integrity,
+    work: Path,
+    codec: Codec[Any] | None = None,
+) -> Pipeline[Any, Any, Any]:
+    """One topic read to its end by ``processor`` on one core; output and checkpoint in ``work``."""
+    return Pipeline(
+        source=KafkaSource(bootstrap_servers=bootstrap, topics=[topic]),
+        processor=processor,
+        codec=codec,
+        integrity=integrity,
+        sink=ParquetSink(str(work / "out")),
+        checkpoint=str(work / "ck"),
+        trigger="available-now",
+        spark_master="local[1]",
+        progress="quiet",
+    )
 
 
 def _run(path: Path) -> subprocess.CompletedProcess[str]:
@@ -124,15 +146,9 @@ def test_an_unknown_sequence_field_is_refused_before_any_batch(
     _produce(kafka.bootstrap_servers, topic, _readings(10))
 
     def pipeline(sequence_field: str, where: str) -> Pipeline[Any, Any, Any]:
-        return Pipeline(
-            source=KafkaSource(bootstrap_servers=kafka.bootstrap_servers, topics=[topic]),
-            processor=CountReadings(),
-            integrity=Integrity.strict(sequence_field=sequence_field),
-            sink=ParquetSink(str(tmp_path / where / "out")),
-            checkpoint=str(tmp_path / where / "ck"),
-            trigger="available-now",
-            spark_master="local[1]",
-            progress="quiet",
+        integrity = Integrity.strict(sequence_field=sequence_field)
+        return _pipeline(
+            kafka.bootstrap_servers, topic, CountReadings(), integrity, tmp_path / where
         )
 
     with pytest.raises(ConfigError) as refused:
@@ -167,16 +183,9 @@ def test_restart_session_without_starts_session_is_refused(
     def pipeline(processor: CountRaw, where: str) -> Pipeline[Any, Any, Any]:
         from inorder.codecs.raw import RawCodec
 
-        return Pipeline(
-            source=KafkaSource(bootstrap_servers=kafka.bootstrap_servers, topics=[topic]),
-            processor=processor,
-            codec=RawCodec(),
-            integrity=Integrity.strict(on_violation="restart_session"),
-            sink=ParquetSink(str(tmp_path / where / "out")),
-            checkpoint=str(tmp_path / where / "ck"),
-            trigger="available-now",
-            spark_master="local[1]",
-            progress="quiet",
+        integrity = Integrity.strict(on_violation="restart_session")
+        return _pipeline(
+            kafka.bootstrap_servers, topic, processor, integrity, tmp_path / where, RawCodec()
         )
 
     with pytest.raises(ConfigError) as refused:

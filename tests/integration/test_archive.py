@@ -30,6 +30,7 @@ from inorder.kafka.api import KafkaSource
 from inorder.kafka.options import parse_options
 from inorder.ops.kafka_reads import read_chunks, watermarks
 from inorder.pipeline.pipeline import Pipeline
+from inorder.processor import Processor
 from inorder.records import TopicPartition
 from inorder.sinks.parquet import ParquetSink, read_committed
 
@@ -50,6 +51,25 @@ def _delete_records(bootstrap: str, topic: str, before: dict[int, int]) -> None:
     futures = admin.delete_records([CTP(topic, p, o) for p, o in before.items()])
     for f in futures.values():
         f.result(timeout=15)
+
+
+def _counter_run(
+    bootstrap: str,
+    topic: str,
+    work: Path,
+    run: str,
+    *,
+    max_offsets: int,
+    archive: str | None = None,
+) -> Any:
+    """The v1 counter over ``topic`` (through ``archive`` when given) until it is read.
+
+    Output in ``work/out-<run>``, checkpoint in ``work/ckpt-<run>``; returns the summary.
+    """
+    out, checkpoint = str(work / f"out-{run}"), str(work / f"ckpt-{run}")
+    return job.run_pipeline(
+        bootstrap, topic, archive, out, checkpoint, "available-now", max_offsets
+    )
 
 
 def _kafka_records(bootstrap: str, topic: str, partitions: int) -> dict[TopicPartition, list[Any]]:
@@ -111,15 +131,7 @@ def test_replay_past_retention_equals_full_topic_run(
 
     # More records after the archive's end: the replay has to continue from Kafka.
     job.produce(bootstrap, topic, 200, partitions=2, first=600)
-    full = job.run_pipeline(
-        bootstrap,
-        topic,
-        None,
-        str(tmp_path / "out-full"),
-        str(tmp_path / "ckpt-full"),
-        "available-now",
-        500,
-    )
+    full = _counter_run(bootstrap, topic, tmp_path, "full", max_offsets=500)
     assert full.records == 800
     ends = {tp.partition: coverage.of(tp).end for tp in marks}  # type: ignore[union-attr]
     _delete_records(bootstrap, topic, {0: ends[0], 1: ends[1] // 2})
@@ -137,14 +149,8 @@ def test_replay_past_retention_equals_full_topic_run(
     ]
 
     # ... the tiered source does, and gives exactly the full-topic run's output.
-    replay = job.run_pipeline(
-        bootstrap,
-        topic,
-        str(tmp_path / "archive"),
-        str(tmp_path / "out-tiered"),
-        str(tmp_path / "ckpt-tiered"),
-        "available-now",
-        500,
+    replay = _counter_run(
+        bootstrap, topic, tmp_path, "tiered", max_offsets=500, archive=str(tmp_path / "archive")
     )
     assert replay.records == 800
     expected = _rows(tmp_path / "out-full")
@@ -198,14 +204,7 @@ def test_seam_exact_under_kill_9(kafka: Any, spark: Any, tmp_path: Path) -> None
     assert set(keys) == {(tp.partition, r[0]) for tp, rs in original.items() for r in rs}
 
     job.produce(bootstrap, topic, 300, partitions=2, first=1200)
-    job.run_pipeline(
-        bootstrap,
-        topic,
-        None,
-        str(tmp_path / "out-full"),
-        str(tmp_path / "ckpt-full"),
-        "available-now",
-    )
+    _counter_run(bootstrap, topic, tmp_path, "full", max_offsets=70)
     coverage = load_coverage(archive)
     ends = {p: coverage.of(TopicPartition(topic, p)).end for p in range(2)}  # type: ignore[union-attr]
     _delete_records(bootstrap, topic, {0: ends[0] - 100, 1: ends[1]})
@@ -228,21 +227,42 @@ def test_seam_exact_under_kill_9(kafka: Any, spark: Any, tmp_path: Path) -> None
     assert got == _rows(tmp_path / "out-full")
 
 
+def _counter_pipeline(
+    processor: Processor[job.Msg, Any, Any],
+    bootstrap: str,
+    topic: str,
+    work: Path,
+    suffix: str = "",
+    *,
+    max_offsets: int | None = None,
+    version: str | None = None,
+    initial_state: InitialState | None = None,
+) -> Pipeline[Any, Any, Any]:
+    """``processor`` (a counter of ``archive_support``) over ``topic`` until it is read.
+
+    Output in ``work/out<suffix>``, checkpoint in ``work/ckpt<suffix>``.
+    """
+    return Pipeline(
+        source=KafkaSource(bootstrap, topics=[topic], max_offsets_per_trigger=max_offsets),
+        processor=processor,
+        codec=JsonCodec(job.Msg),
+        sink=ParquetSink(str(work / f"out{suffix}")),
+        checkpoint=str(work / f"ckpt{suffix}"),
+        trigger="available-now",
+        progress="quiet",
+        job_version=version,
+        initial_state=initial_state,
+    )
+
+
 def test_v1_to_v2_upgrade_side_by_side(kafka: Any, spark: Any, tmp_path: Path) -> None:
     bootstrap = kafka.bootstrap_servers
     topic = kafka.new_topic(partitions=2)
     job.produce(bootstrap, topic, 400, partitions=2)
 
     def v1() -> Pipeline[Any, Any, Any]:
-        return Pipeline(
-            source=KafkaSource(bootstrap, topics=[topic], max_offsets_per_trigger=150),
-            processor=job.CounterV1(),
-            codec=JsonCodec(job.Msg),
-            sink=ParquetSink(str(tmp_path / "out-v1")),
-            checkpoint=str(tmp_path / "ckpt-v1"),
-            trigger="available-now",
-            progress="quiet",
-            job_version="1",
+        return _counter_pipeline(
+            job.CounterV1(), bootstrap, topic, tmp_path, "-v1", max_offsets=150, version="1"
         )
 
     v1().run()
@@ -256,15 +276,14 @@ def test_v1_to_v2_upgrade_side_by_side(kafka: Any, spark: Any, tmp_path: Path) -
     job.produce(bootstrap, topic, 300, partitions=2, first=400)
 
     # v2 starts from v1's checkpointed state (its new field takes the default) at v1's offsets.
-    v2 = Pipeline(
-        source=KafkaSource(bootstrap, topics=[topic], max_offsets_per_trigger=150),
-        processor=job.CounterV2(),
-        codec=JsonCodec(job.Msg),
-        sink=ParquetSink(str(tmp_path / "out-v2")),
-        checkpoint=str(tmp_path / "ckpt-v2"),
-        trigger="available-now",
-        progress="quiet",
-        job_version="2",
+    v2 = _counter_pipeline(
+        job.CounterV2(),
+        bootstrap,
+        topic,
+        tmp_path,
+        "-v2",
+        max_offsets=150,
+        version="2",
         initial_state=initial,
     )
     summary = v2.run()
@@ -331,16 +350,8 @@ def test_initial_state_from_table(kafka: Any, spark: Any, tmp_path: Path) -> Non
         table=seeded,
         to_state=lambda key, rows: job.Count(rows[0]["n"], rows[0]["total"]),
     )
-    Pipeline(
-        source=KafkaSource(bootstrap, topics=[topic]),
-        processor=job.CounterV1(),
-        codec=JsonCodec(job.Msg),
-        sink=ParquetSink(str(tmp_path / "out")),
-        checkpoint=str(tmp_path / "ckpt"),
-        trigger="available-now",
-        progress="quiet",
-        initial_state=initial,
-    ).run()
+    pipeline = _counter_pipeline(job.CounterV1(), bootstrap, topic, tmp_path, initial_state=initial)
+    pipeline.run()
     out = read_committed(str(tmp_path / "out")).to_pylist()
     assert min(r["offset"] for r in out) >= 60
     first_k0 = min((r for r in out if r["k"] == "k0"), key=lambda r: r["offset"])

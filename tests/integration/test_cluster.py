@@ -32,39 +32,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fixtures.sessions_job import assert_matches_truth, two_partition_simulation
+from tests.fixtures.spark import LOCAL_CLUSTER_MASTER
 
 from inorder.cluster.standalone import (
     StandaloneCluster,
     executor_processes,
     process_start_time,
 )
-from inorder.dev.sim_model import FaultRates, SimulationConfig
 from inorder.dev.simulator import GroundTruth, simulate
-from inorder.dev.verify import verify_tables
-from inorder.sessions.rebuild import read_changes, rebuild_tables
+from inorder.sessions.rebuild import read_changes
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 RUN_TIMEOUT = 240
+#: The simulated sites: two, of 15 sessions each, restarting every 150 messages of a session.
+SESSIONS = {"sites": 2, "sessions_per_site": 15, "rows_per_snapshot": 8, "restart_every": 150}
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def _simulate(kafka: Any, prefix: str, messages: int, seed: int) -> GroundTruth:
-    config = SimulationConfig(
-        sites=2,
-        topic_prefix=prefix,
-        partitions=2,
-        sessions_per_site=15,
-        rows_per_snapshot=8,
-        messages=messages,
-        restart_every=150,
-        faults=FaultRates(drop=0.01, duplicate=0.01, swap=0.01, malformed=0.01),
-        faulty_sessions=0.1,
-        seed=seed,
-    )
-    return simulate(config, kafka.bootstrap_servers).ground_truth
 
 
 def _toml_value(value: Any) -> str:
@@ -121,6 +107,41 @@ def _write_pipeline(
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o600)  # it holds the S3 secret
     return path
+
+
+def _simulated_pipeline(
+    kafka: Any,
+    s3: Any,
+    work: Path,
+    tag: str,
+    *,
+    seed: int,
+    master: str,
+    messages: int = 3000,
+    max_offsets: int = 700,
+    executor_env: bool = True,
+) -> tuple[GroundTruth, str, Path]:
+    """Simulated topics ``<tag>-N-*`` and a session-table pipeline from them to a fresh S3 path.
+
+    The pipeline's TOML is ``work/pipeline.toml``, its checkpoint ``work/checkpoint``; returns
+    the simulator's truth, the output's path and the TOML file.
+    """
+    prefix = f"{tag}-{random.randrange(10**9)}-"
+    simulation = two_partition_simulation(prefix, seed, messages=messages, faulty=0.1, **SESSIONS)
+    truth = simulate(simulation, kafka.bootstrap_servers).ground_truth
+    sink = s3.new_prefix()
+    toml = _write_pipeline(
+        work / "pipeline.toml",
+        kafka=kafka,
+        s3=s3,
+        prefix=prefix,
+        sink=sink,
+        checkpoint=work / "checkpoint",
+        master=master,
+        max_offsets=max_offsets,
+        executor_env=executor_env,
+    )
+    return truth, sink, toml
 
 
 def _driver_env(s3: Any, python: bool = True) -> dict[str, str]:
@@ -216,21 +237,9 @@ def _spark_log(checkpoint: Path) -> str:
 
 def _assert_exact(sink: str, s3: Any, truth: GroundTruth) -> int:
     changes = read_changes(sink, storage_options=s3.storage_options())
-    keys = list(
-        zip(
-            *(
-                changes.column(c).to_pylist()
-                for c in ("topic", "partition", "offset", "row_id", "op")
-            ),
-            strict=True,
-        )
-    )
-    assert len(keys) == len(set(keys)), "duplicate change rows"
-    check = verify_tables(rebuild_tables(changes), truth, changes)
-    assert check.ok, "\n".join(check.lines())
-    assert check.exact + check.unknown == check.sessions
+    check = assert_matches_truth(changes, truth)
     assert check.exact > 0
-    return len(keys)
+    return int(changes.num_rows)
 
 
 def _records(events: list[dict[str, Any]]) -> int:
@@ -348,19 +357,8 @@ def test_cluster_up_rejects_bad_options_in_one_line(tmp_path: Path) -> None:
 def test_local_cluster_executor_killed_mid_run_output_exact(
     kafka: Any, s3: Any, tmp_path: Path
 ) -> None:
-    prefix = f"lc-{random.randrange(10**9)}-"
-    truth = _simulate(kafka, prefix, messages=3000, seed=21)
-    sink = s3.new_prefix()
-    toml = _write_pipeline(
-        tmp_path / "pipeline.toml",
-        kafka=kafka,
-        s3=s3,
-        prefix=prefix,
-        sink=sink,
-        checkpoint=tmp_path / "checkpoint",
-        master="local-cluster[2,1,1024]",
-        max_offsets=700,
-        executor_env=False,
+    truth, sink, toml = _simulated_pipeline(
+        kafka, s3, tmp_path, "lc", seed=21, master=LOCAL_CLUSTER_MASTER, executor_env=False
     )
     killed: list[int] = []
 
@@ -402,20 +400,8 @@ def test_standalone_worker_killed_mid_run_output_exact(
     s3: Any,
     tmp_path: Path,
 ) -> None:
-    prefix = f"sa-{random.randrange(10**9)}-"
-    truth = _simulate(kafka, prefix, messages=3000, seed=22)
-    sink = s3.new_prefix()
-    toml = _write_pipeline(
-        tmp_path / "pipeline.toml",
-        kafka=kafka,
-        s3=s3,
-        prefix=prefix,
-        sink=sink,
-        checkpoint=tmp_path / "checkpoint",
-        master="local[1]",  # replaced by --master
-        max_offsets=700,
-        executor_env=True,
-    )
+    # The pipeline's master is replaced by --master.
+    truth, sink, toml = _simulated_pipeline(kafka, s3, tmp_path, "sa", seed=22, master="local[1]")
     killed: list[int] = []
 
     def kill_worker() -> None:
@@ -457,19 +443,9 @@ def test_documented_spark_submit_runs_on_standalone_with_packed_env(
     s3: Any,
     tmp_path: Path,
 ) -> None:
-    prefix = f"ss-{random.randrange(10**9)}-"
-    truth = _simulate(kafka, prefix, messages=1500, seed=23)
-    sink = s3.new_prefix()
-    _write_pipeline(
-        tmp_path / "pipeline.toml",
-        kafka=kafka,
-        s3=s3,
-        prefix=prefix,
-        sink=sink,
-        checkpoint=tmp_path / "checkpoint",
-        master="local[1]",  # spark-submit's --master wins
-        max_offsets=1000,
-        executor_env=True,
+    # The pipeline's master gives way to spark-submit's --master.
+    truth, sink, _ = _simulated_pipeline(
+        kafka, s3, tmp_path, "ss", seed=23, master="local[1]", messages=1500, max_offsets=1000
     )
     script = documented_submit_commands().replace("spark://127.0.0.1:7077", spark_standalone)
     assert "spark-submit" in script and "--archives" in script

@@ -18,52 +18,49 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
+from tests.fixtures.sink_cases import (
+    ID_SCHEMA,
+    assert_whole_batches,
+    committed_ids,
+    id_batch,
+    stage_batch,
+    writer_env,
+)
 
 from inorder.sinks import parquet as sp
 from inorder.sinks.base import SinkError, WrittenFile
 from inorder.sinks.compaction import compact_parquet
-from inorder.sinks.parquet import ParquetSink, read_committed
+from inorder.sinks.parquet import ParquetSink
 from inorder.storage import fs as sfs
 
 SCRIPT = Path(__file__).parent / "scripts" / "checkpoint_crash_writer.py"
-SCHEMA = pa.schema([("topic", pa.string()), ("batch_id", pa.int64()), ("id", pa.int64())])
 ROWS = 20
 
 
-def batch_rows(batch_id: int, rows: int = ROWS) -> pa.RecordBatch:
-    """Rows of one batch: ids batch_id*rows .. +rows, over two topics."""
-    ids = list(range(batch_id * rows, (batch_id + 1) * rows))
-    return pa.record_batch(
-        [
-            pa.array(["even" if i % 2 == 0 else "odd" for i in ids]),
-            pa.array([batch_id] * rows, pa.int64()),
-            pa.array(ids, pa.int64()),
-        ],
-        schema=SCHEMA,
-    )
-
-
 def stage(sink: ParquetSink, batch_id: int) -> list[WrittenFile]:
-    """Stage one batch through two task writers, as executors would."""
-    data = batch_rows(batch_id)
-    files: list[WrittenFile] = []
-    for task, part in enumerate((data.slice(0, ROWS // 2), data.slice(ROWS // 2))):
-        writer = sink.open_writer(SCHEMA, batch_id, f"task{task}")
-        writer.write(part)
-        files += writer.close()
-    return files
+    """Stage one batch of ``ROWS`` ids through two task writers, as executors would."""
+    return stage_batch(sink, batch_id, id_batch(batch_id, ROWS), key="task")
 
 
-@pytest.fixture(params=["local", "s3"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str] | None]:
-    """A fresh dataset location and its storage options, on local disk and on S3."""
-    if request.param == "local":
-        return str(tmp_path / "out"), None
-    s3 = request.getfixturevalue("s3")
-    return s3.new_prefix(), s3.storage_options()
+def checkpointing_sink(
+    path: str,
+    options: dict[str, str] | None,
+    interval: int,
+    retention: int = sp.DEFAULT_MANIFEST_RETENTION,
+) -> ParquetSink:
+    """A checked sink partitioned by topic that writes a commit checkpoint every ``interval``
+    batches and keeps the manifests of ``retention`` batches."""
+    sink = ParquetSink(
+        path,
+        partition_by=["topic"],
+        storage_options=options,
+        checkpoint_interval=interval,
+        manifest_retention=retention,
+    )
+    sink.check(ID_SCHEMA)
+    return sink
 
 
 def fresh_process_view() -> None:
@@ -91,36 +88,13 @@ def listed_ids(path: str, options: dict[str, str] | None) -> list[int]:
     return list(table.column("id").to_pylist())
 
 
-def committed_ids(path: str, options: dict[str, str] | None) -> list[int]:
-    table = read_committed(path, options)
-    return list(table.column("id").to_pylist()) if table.num_rows else []
-
-
-def check_exact(ids: list[int], batches: int | None) -> None:
-    """No id twice, only whole batches; with ``batches`` exactly batches 0..batches-1."""
-    dupes = [i for i, c in Counter(ids).items() if c > 1]
-    assert not dupes, f"duplicated ids: {dupes[:10]}"
-    per_batch = Counter(i // ROWS for i in ids)
-    partial = {b: n for b, n in per_batch.items() if n != ROWS}
-    assert not partial, f"partial batches: {partial}"
-    if batches is not None:
-        assert sorted(per_batch) == list(range(batches))
-
-
 def test_commit_log_stays_bounded_with_compaction(
-    where: tuple[str, dict[str, str] | None],
+    sink_location: tuple[str, dict[str, str] | None],
 ) -> None:
-    path, options = where
+    path, options = sink_location
     interval, retention = 4, 3
     batches = 48 if options is None else 32
-    sink = ParquetSink(
-        path,
-        partition_by=["topic"],
-        storage_options=options,
-        checkpoint_interval=interval,
-        manifest_retention=retention,
-    )
-    sink.check(SCHEMA)
+    sink = checkpointing_sink(path, options, interval, retention)
     most = 0
     for batch_id in range(batches):
         assert sink.commit(batch_id, stage(sink, batch_id)) is True
@@ -139,8 +113,8 @@ def test_commit_log_stays_bounded_with_compaction(
     assert f"{0:020d}.json" not in commits
     assert len(compactions) <= 9, compactions  # records folded twice over are gone
     fresh_process_view()
-    check_exact(committed_ids(path, options), batches)
-    check_exact(listed_ids(path, options), batches)
+    assert_whole_batches(committed_ids(path, options), ROWS, batches)
+    assert_whole_batches(listed_ids(path, options), ROWS, batches)
 
     reader = ParquetSink(path, partition_by=["topic"], storage_options=options)
     assert all(reader.is_committed(b) for b in range(batches))
@@ -160,27 +134,19 @@ def test_commit_log_stays_bounded_with_compaction(
     assert sorted(everything.column("id").to_pylist()) == list(range(batches * ROWS))
 
     # A restarted writer re-running old and new batches changes nothing.
-    again = ParquetSink(
-        path,
-        partition_by=["topic"],
-        storage_options=options,
-        checkpoint_interval=interval,
-        manifest_retention=retention,
-    )
-    again.check(SCHEMA)
+    again = checkpointing_sink(path, options, interval, retention)
     assert again.commit(1, stage(again, 1)) is False
     assert again.commit(batches - 1, stage(again, batches - 1)) is False
     assert again.commit(batches, stage(again, batches)) is True
     fresh_process_view()
-    check_exact(listed_ids(path, options), batches + 1)
-    check_exact(committed_ids(path, options), batches + 1)
+    assert_whole_batches(listed_ids(path, options), ROWS, batches + 1)
+    assert_whole_batches(committed_ids(path, options), ROWS, batches + 1)
     assert not [n for n in meta_files(path, options, "_inorder/staging") if n]
 
 
 def test_checkpoint_can_be_disabled(tmp_path: Path) -> None:
     path = str(tmp_path / "out")
-    sink = ParquetSink(path, partition_by=["topic"], checkpoint_interval=0)
-    sink.check(SCHEMA)
+    sink = checkpointing_sink(path, None, interval=0)
     for batch_id in range(6):
         sink.commit(batch_id, stage(sink, batch_id))
     assert len(meta_files(path, None, sp.COMMITS_DIR)) == 12
@@ -196,8 +162,7 @@ def test_bad_checkpoint_options_are_rejected(tmp_path: Path) -> None:
 def test_a_pending_manifest_is_never_folded_nor_deleted(tmp_path: Path) -> None:
     """A batch committed but not published stops the checkpoint before it."""
     path = str(tmp_path / "out")
-    sink = ParquetSink(path, partition_by=["topic"], checkpoint_interval=100)
-    sink.check(SCHEMA)
+    sink = checkpointing_sink(path, None, interval=100)
     for batch_id in range(5):
         sink.commit(batch_id, stage(sink, batch_id))
     loc = sink.location
@@ -211,24 +176,16 @@ def test_a_pending_manifest_is_never_folded_nor_deleted(tmp_path: Path) -> None:
     state = sp.load_state(loc)
     assert state.checkpoint == 1 and state.pending == [f"{sp.COMMITS_DIR}/{2:020d}.json"]
     # The next writer finishes batch 2; every row is there once.
-    again = ParquetSink(path, partition_by=["topic"], checkpoint_interval=100)
-    again.check(SCHEMA)
-    check_exact(committed_ids(path, None), 5)
+    checkpointing_sink(path, None, interval=100)
+    assert_whole_batches(committed_ids(path, None), ROWS, 5)
 
 
 def test_readers_never_see_a_partial_view_while_checkpoints_are_written(
-    where: tuple[str, dict[str, str] | None],
+    sink_location: tuple[str, dict[str, str] | None],
 ) -> None:
     """Readers poll while a writer checkpoints every 2 batches and a compactor runs."""
-    path, options = where
-    sink = ParquetSink(
-        path,
-        partition_by=["topic"],
-        storage_options=options,
-        checkpoint_interval=2,
-        manifest_retention=1,
-    )
-    sink.check(SCHEMA)
+    path, options = sink_location
+    sink = checkpointing_sink(path, options, interval=2, retention=1)
     errors: list[str] = []
     snapshots = Counter[str]()
     stop = threading.Event()
@@ -236,7 +193,7 @@ def test_readers_never_see_a_partial_view_while_checkpoints_are_written(
     def poll(name: str, read: Any) -> None:
         while not stop.is_set():
             try:
-                check_exact(read(), None)
+                assert_whole_batches(read(), ROWS)
                 snapshots[name] += 1
             except Exception as exc:
                 errors.append(f"{name}: {type(exc).__name__}: {exc}")
@@ -279,20 +236,7 @@ def test_readers_never_see_a_partial_view_while_checkpoints_are_written(
     assert not errors, errors[:3]
     assert snapshots["read_committed"] > 3 and snapshots["fresh"] > 3, snapshots
     fresh_process_view()
-    check_exact(committed_ids(path, options), batches)
-
-
-def _env(s3: Any | None) -> dict[str, str]:
-    env = dict(os.environ)
-    if s3 is not None:
-        env.update(
-            AWS_ENDPOINT_URL=s3.endpoint_url,
-            AWS_ACCESS_KEY_ID=s3.access_key_id,
-            AWS_SECRET_ACCESS_KEY=s3.secret_access_key,
-            AWS_REGION=s3.region,
-            AWS_ALLOW_HTTP="true",
-        )
-    return env
+    assert_whole_batches(committed_ids(path, options), ROWS, batches)
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])
@@ -304,7 +248,7 @@ def test_kill9_during_checkpoint_write_and_cleanup(
     s3 = request.getfixturevalue("s3") if backend == "s3" else None
     path = s3.new_prefix() if s3 is not None else str(tmp_path / "out")
     options = s3.storage_options() if s3 is not None else None
-    env = _env(s3)
+    env = writer_env(s3)
     rng = random.Random(7 if s3 is None else 8)
     batches = 0
     kills = 0
@@ -327,13 +271,13 @@ def test_kill9_during_checkpoint_write_and_cleanup(
         kills += proc.returncode == -signal.SIGKILL
         # After every crash: a readable dataset, whole batches, nothing twice.
         fresh_process_view()
-        check_exact(committed_ids(path, options), None)
+        assert_whole_batches(committed_ids(path, options), ROWS)
         if die_at:
             # Killed in a checkpoint step: the batch and the compaction before it were
             # complete, so even a listing reader sees exact data. (A kill at a random moment
             # may leave a batch half published or a compaction's replaced files, which a
             # listing reader sees until the next run finishes them: docs/sinks.md.)
-            check_exact(listed_ids(path, options), None)
+            assert_whole_batches(listed_ids(path, options), ROWS)
     assert kills >= 6, kills
     final = subprocess.run(
         [sys.executable, str(SCRIPT), path, str(batches), str(ROWS), "0"],
@@ -345,8 +289,8 @@ def test_kill9_during_checkpoint_write_and_cleanup(
     assert final.returncode == 0, final.stderr[-2000:]
     compact_parquet(path, options, grace_seconds=0)  # deletes what killed compactions left
     fresh_process_view()
-    check_exact(committed_ids(path, options), batches)
-    check_exact(listed_ids(path, options), batches)
+    assert_whole_batches(committed_ids(path, options), ROWS, batches)
+    assert_whole_batches(listed_ids(path, options), ROWS, batches)
     reader = ParquetSink(path, storage_options=options)
     assert all(reader.is_committed(b) for b in range(batches))
     assert reader.last_committed_batch() == batches - 1

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from tests.fixtures.sink_cases import stage_batch
 
 from inorder.sinks.base import SinkError, WrittenFile
 from inorder.sinks.compaction import compact_delta
@@ -42,22 +43,7 @@ def make_batch(batch_id: int, rows: int) -> pa.RecordBatch:
 
 
 def stage(sink: DeltaSink, batch_id: int, rows: int, key: str = "t") -> list[WrittenFile]:
-    files: list[WrittenFile] = []
-    data = make_batch(batch_id, rows)
-    half = rows // 2
-    for t, part in enumerate((data.slice(0, half), data.slice(half))):
-        writer = sink.open_writer(SCHEMA, batch_id, f"{key}{t}")
-        writer.write(part)
-        files += writer.close()
-    return files
-
-
-@pytest.fixture(params=["local", "s3"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str] | None]:
-    if request.param == "local":
-        return str(tmp_path / "table"), None
-    s3 = request.getfixturevalue("s3")
-    return s3.new_prefix(), s3.storage_options()
+    return stage_batch(sink, batch_id, make_batch(batch_id, rows), key=key)
 
 
 def read(path: str, options: dict[str, str] | None) -> pa.Table:
@@ -65,9 +51,9 @@ def read(path: str, options: dict[str, str] | None) -> pa.Table:
 
 
 def test_one_commit_per_batch_with_app_transaction(
-    where: tuple[str, dict[str, str] | None],
+    sink_location: tuple[str, dict[str, str] | None],
 ) -> None:
-    path, options = where
+    path, options = sink_location
     sink = DeltaSink(path, partition_by=["topic"], storage_options=options, app_id="q1")
     sink.check(SCHEMA)
     for b in range(3):
@@ -85,9 +71,9 @@ def test_one_commit_per_batch_with_app_transaction(
 
 
 def test_committed_batch_is_skipped_and_its_new_files_deleted(
-    where: tuple[str, dict[str, str] | None],
+    sink_location: tuple[str, dict[str, str] | None],
 ) -> None:
-    path, options = where
+    path, options = sink_location
     sink = DeltaSink(path, partition_by=["topic"], storage_options=options)
     sink.check(SCHEMA)
     assert sink.commit(0, stage(sink, 0, 500))
@@ -133,8 +119,8 @@ def test_check_errors(tmp_path: Path, s3: Any) -> None:
         DeltaSink(path, partition_by=["partition"]).check(SCHEMA)
 
 
-def test_compaction_optimizes_and_vacuums(where: tuple[str, dict[str, str] | None]) -> None:
-    path, options = where
+def test_compaction_optimizes_and_vacuums(sink_location: tuple[str, dict[str, str] | None]) -> None:
+    path, options = sink_location
     sink = DeltaSink(path, partition_by=["topic"], storage_options=options)
     sink.check(SCHEMA)
     for b in range(5):
@@ -198,12 +184,12 @@ def test_a_different_output_schema_is_refused(tmp_path: Path) -> None:
 
 
 def test_log_is_checkpointed_and_expired_entries_deleted(
-    where: tuple[str, dict[str, str] | None],
+    sink_location: tuple[str, dict[str, str] | None],
 ) -> None:
     """delta-rs checkpoints the log and deletes expired entries after our commits."""
     import time
 
-    path, options = where
+    path, options = sink_location
     sink = DeltaSink(
         path,
         partition_by=["topic"],

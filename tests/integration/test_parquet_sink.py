@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from tests.fixtures.sink_cases import stage_batch
 
 from inorder import cli
 from inorder.sinks.base import SinkError, WrittenFile
@@ -46,24 +47,7 @@ def make_batch(batch_id: int, rows: int, topics: tuple[str, ...] = ("a", "b")) -
 
 def stage(sink: Any, batch_id: int, rows: int, tasks: int = 2, key: str = "t") -> list[WrittenFile]:
     """Write one batch through ``tasks`` writers (as executors would) and return the files."""
-    data = make_batch(batch_id, rows)
-    per = rows // tasks
-    files: list[WrittenFile] = []
-    for t in range(tasks):
-        writer = sink.open_writer(SCHEMA, batch_id, f"{key}{t}")
-        part = data.slice(t * per, per if t < tasks - 1 else rows - t * per)
-        writer.write(part)
-        files += writer.close()
-    return files
-
-
-@pytest.fixture(params=["local", "s3"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str] | None]:
-    """A fresh dataset location and its storage options, on local disk and on S3."""
-    if request.param == "local":
-        return str(tmp_path / "out"), None
-    s3 = request.getfixturevalue("s3")
-    return s3.new_prefix(), s3.storage_options()
+    return stage_batch(sink, batch_id, make_batch(batch_id, rows), tasks, key)
 
 
 def all_files(path: str, options: dict[str, str] | None) -> list[str]:
@@ -89,8 +73,8 @@ def duck_read(path: str, options: dict[str, str] | None) -> pa.Table:
     return dataset.to_table()
 
 
-def test_commit_publishes_every_row_once(where: tuple[str, dict[str, str] | None]) -> None:
-    path, options = where
+def test_commit_publishes_every_row_once(sink_location: tuple[str, dict[str, str] | None]) -> None:
+    path, options = sink_location
     sink = ParquetSink(path, partition_by=["topic"], storage_options=options)
     sink.check(SCHEMA)
     for b in range(3):
@@ -108,9 +92,9 @@ def test_commit_publishes_every_row_once(where: tuple[str, dict[str, str] | None
 
 
 def test_recommit_is_idempotent_and_drops_new_staged_files(
-    where: tuple[str, dict[str, str] | None],
+    sink_location: tuple[str, dict[str, str] | None],
 ) -> None:
-    path, options = where
+    path, options = sink_location
     sink = ParquetSink(path, partition_by=["topic"], storage_options=options)
     sink.check(SCHEMA)
     assert sink.commit(0, stage(sink, 0, 500, key="first"))
@@ -122,9 +106,9 @@ def test_recommit_is_idempotent_and_drops_new_staged_files(
 
 
 def test_staged_files_of_failed_attempts_are_cleaned(
-    where: tuple[str, dict[str, str] | None],
+    sink_location: tuple[str, dict[str, str] | None],
 ) -> None:
-    path, options = where
+    path, options = sink_location
     sink = ParquetSink(path, storage_options=options)
     sink.check(SCHEMA)
     stage(sink, 0, 300, key="lost-attempt")  # a task attempt whose batch attempt died
@@ -138,9 +122,9 @@ def test_staged_files_of_failed_attempts_are_cleaned(
 
 
 def test_half_done_commit_is_completed_by_the_next_process(
-    where: tuple[str, dict[str, str] | None], monkeypatch: pytest.MonkeyPatch
+    sink_location: tuple[str, dict[str, str] | None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path, options = where
+    path, options = sink_location
     sink = ParquetSink(path, partition_by=["topic"], storage_options=options)
     sink.check(SCHEMA)
     files = stage(sink, 0, 600, tasks=3)
@@ -305,9 +289,9 @@ def test_env_credentials_are_used(s3: Any, monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_compaction_merges_small_files_without_loss(
-    where: tuple[str, dict[str, str] | None],
+    sink_location: tuple[str, dict[str, str] | None],
 ) -> None:
-    path, options = where
+    path, options = sink_location
     sink = ParquetSink(path, partition_by=["topic"], storage_options=options)
     sink.check(SCHEMA)
     for b in range(6):

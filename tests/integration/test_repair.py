@@ -10,22 +10,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
+from tests.fixtures.sessions_job import (
+    RESTART_SESSION,
+    TWO_LOCAL_CORES,
+    check_truth,
+    sessions_config,
+    small_simulation,
+)
 
 from inorder.commands.run import dump_toml
-from inorder.dev.sim_model import FaultRates, SimulationConfig
-from inorder.dev.simulator import GroundTruth, simulate
-from inorder.dev.verify import verify_tables
+from inorder.dev.sim_model import SimulationConfig
+from inorder.dev.simulator import simulate
 from inorder.errors import InorderError
 from inorder.ops.repair import apply_repair, plan_repair, read_info
 from inorder.ops.sessionspans import SpanTracker
 from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate
 from inorder.pipeline.config import build_pipeline
-from inorder.pipeline.config import validate as validate_config
 from inorder.pipeline.runner import PipelineRunner
-from inorder.sessions.rebuild import read_changes, rebuild_tables
+from inorder.sessions.rebuild import read_changes
 
 # -- pure: where a partition can restart -----------------------------------------------------
 
@@ -74,60 +78,20 @@ def test_a_new_snapshot_restarts_the_lifetime() -> None:
 
 def session_config(bootstrap: str, prefix: str, work: Path, sink: dict[str, Any]) -> dict[str, Any]:
     """A session-table pipeline in several small batches."""
-    return validate_config(
-        {
-            "pipeline": {
-                "name": "repair",
-                "checkpoint": str(work / "checkpoint"),
-                "trigger": "available-now",
-                "progress": "quiet",
-            },
-            "source": {
-                "bootstrap_servers": bootstrap,
-                "topic_pattern": f"{prefix}.*",
-                "max_offsets_per_trigger": 400,
-            },
-            "processor": {"type": "sessions"},
-            "integrity": {"on_violation": "restart_session"},
-            "sink": sink,
-            "spark": {"master": "local[2]"},
-        }
+    return sessions_config(
+        bootstrap,
+        prefix,
+        work,
+        name="repair",
+        max_offsets=400,
+        integrity=RESTART_SESSION,
+        sink=sink,
+        spark=TWO_LOCAL_CORES,
     )
 
 
 def simulation(prefix: str, seed: int, faulty: float) -> SimulationConfig:
-    return SimulationConfig(
-        sites=2,
-        topic_prefix=prefix,
-        partitions=2,
-        sessions_per_site=6,
-        rows_per_snapshot=5,
-        messages=1600,
-        restart_every=90,
-        faults=FaultRates(drop=0.02, duplicate=0.02, swap=0.0, malformed=0.01)
-        if faulty
-        else FaultRates(),
-        faulty_sessions=faulty,
-        seed=seed,
-    )
-
-
-def check_truth(changes: pa.Table, truth: GroundTruth) -> list[str]:
-    """Problems of the output against the simulator's truth (empty: exact)."""
-    keys = list(
-        zip(
-            *(changes.column(c).to_pylist() for c in ("topic", "partition", "offset", "row_id")),
-            changes.column("op").to_pylist(),
-            strict=True,
-        )
-    )
-    problems = []
-    if len(keys) != len(set(keys)):
-        problems.append(f"{len(keys) - len(set(keys))} duplicate change rows")
-    check = verify_tables(rebuild_tables(changes), truth, changes)
-    if not check.ok:
-        problems.extend(check.lines())
-    return problems
+    return small_simulation(prefix, seed, faulty, messages=1600, restart_every=90)
 
 
 def run(config: dict[str, Any], batches: int | None = None) -> None:

@@ -6,14 +6,12 @@ sink's own reader.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,27 +20,20 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pytest
+from tests.fixtures.sink_cases import (
+    assert_whole_batches,
+    committed_ids,
+    stage_batch,
+    writer_env,
+)
 
 from inorder.sinks.compaction import compact_parquet
-from inorder.sinks.parquet import ParquetSink, read_committed
+from inorder.sinks.parquet import ParquetSink
 
 SCRIPT = Path(__file__).parent / "scripts" / "sink_crash_writer.py"
 BATCHES = 60
 ROWS = 2000
 KILLS = 6
-
-
-def _env(s3: Any | None) -> dict[str, str]:
-    env = dict(os.environ)
-    if s3 is not None:
-        env.update(
-            AWS_ENDPOINT_URL=s3.endpoint_url,
-            AWS_ACCESS_KEY_ID=s3.access_key_id,
-            AWS_SECRET_ACCESS_KEY=s3.secret_access_key,
-            AWS_REGION=s3.region,
-            AWS_ALLOW_HTTP="true",
-        )
-    return env
 
 
 def _run(fmt: str, path: str, env: dict[str, str], kill_after: float | None, rerun: bool) -> str:
@@ -66,18 +57,6 @@ def _run(fmt: str, path: str, env: dict[str, str], kill_after: float | None, rer
     return first + out.decode()
 
 
-def _check_ids(ids: list[int], complete: bool) -> None:
-    """No id twice; only whole batches; with ``complete`` every batch."""
-    counts = Counter(ids)
-    dupes = [i for i, c in counts.items() if c > 1]
-    assert not dupes, f"duplicated ids: {dupes[:10]}"
-    batches = Counter(i // ROWS for i in ids)
-    partial = {b: n for b, n in batches.items() if n != ROWS}
-    assert not partial, f"partial batches seen: {partial}"
-    if complete:
-        assert sorted(batches) == list(range(BATCHES))
-
-
 class Poller(threading.Thread):
     """Reads the committed data in a loop and checks every snapshot."""
 
@@ -92,18 +71,13 @@ class Poller(threading.Thread):
         while not self.stop.is_set():
             try:
                 ids = self.read()
-                _check_ids(ids, complete=False)
+                assert_whole_batches(ids, ROWS)
                 self.snapshots += 1
             except AssertionError as exc:
                 self.errors.append(str(exc))
             except Exception as exc:  # a reader must never fail either
                 self.errors.append(f"{type(exc).__name__}: {exc}")
             time.sleep(0.05)
-
-
-def _committed_ids(path: str, options: dict[str, str] | None) -> list[int]:
-    table = read_committed(path, options)
-    return list(table.column("id").to_pylist()) if table.num_rows else []
 
 
 def _parquet_ids_independent(path: str, s3: Any | None) -> list[int]:
@@ -144,11 +118,11 @@ def test_kill9_during_writes_keeps_every_row_exactly_once(
 ) -> None:
     s3 = request.getfixturevalue("s3") if where == "s3" else None
     path = s3.new_prefix() if s3 is not None else str(tmp_path / "out")
-    env = _env(s3)
+    env = writer_env(s3)
     rng = random.Random(1234 + hash((fmt, where)) % 1000)
     if fmt == "parquet":
         options = s3.storage_options() if s3 is not None else None
-        poller = Poller(lambda: _committed_ids(path, options))
+        poller = Poller(lambda: committed_ids(path, options))
     else:
         poller = Poller(lambda: _delta_ids(path, s3))
     outputs: list[str] = []
@@ -176,7 +150,7 @@ def test_kill9_during_writes_keeps_every_row_exactly_once(
         assert not poller.errors, poller.errors[:3]
     ids = _parquet_ids_independent(path, s3) if fmt == "parquet" else _delta_ids(path, s3)
     assert len(ids) == BATCHES * ROWS
-    _check_ids(ids, complete=True)
+    assert_whole_batches(ids, ROWS, BATCHES)
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
@@ -196,7 +170,7 @@ def test_reader_never_sees_partial_or_duplicated_data_during_writes_and_compacti
         sys.path.pop(0)
     sink = ParquetSink(path, partition_by=["topic"], storage_options=options)
     sink.check(SCHEMA)
-    poller = Poller(lambda: _committed_ids(path, options))
+    poller = Poller(lambda: committed_ids(path, options))
     poller.start()
     compactions = {"runs": 0, "merged": 0}
     failures: list[BaseException] = []
@@ -220,12 +194,7 @@ def test_reader_never_sees_partial_or_duplicated_data_during_writes_and_compacti
     thread.start()
     batches = 20
     for batch_id in range(batches):
-        data = batch_rows(batch_id, ROWS)
-        files = []
-        for task, part in enumerate((data.slice(0, ROWS // 2), data.slice(ROWS // 2))):
-            writer = sink.open_writer(SCHEMA, batch_id, f"task{task}")
-            writer.write(part)
-            files += writer.close()
+        files = stage_batch(sink, batch_id, batch_rows(batch_id, ROWS), key="task")
         assert sink.commit(batch_id, files) is True
         time.sleep(0.02)
         if batch_id == batches // 2:  # make sure compaction overlaps the second half

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from tests.fixtures.sink_cases import stage_batch
 
 from inorder.records import TopicPartition
 from inorder.sessions.rebuild import read_changes
@@ -62,13 +63,15 @@ def make_batch(batch_id: int, rows: int = ROWS) -> pa.RecordBatch:
 
 def stage(sink: ParquetSink, batch_id: int, key: str = "t") -> list[WrittenFile]:
     """What the executors of a batch do: write its rows as staged files (two tasks)."""
-    data = make_batch(batch_id)
-    files: list[WrittenFile] = []
-    for t, part in enumerate((data.slice(0, ROWS // 2), data.slice(ROWS // 2))):
-        writer = sink.open_writer(SCHEMA, batch_id, f"{key}{t}")
-        writer.write(part)
-        files += writer.close()
-    return files
+    return stage_batch(sink, batch_id, make_batch(batch_id), key=key)
+
+
+def sink_with_batch_0(path: str, options: dict[str, str] | None) -> ParquetSink:
+    """A checked sink partitioned by topic at ``path`` whose batch 0 is committed."""
+    sink = ParquetSink(path, partition_by=["topic"], storage_options=options)
+    sink.check(SCHEMA)
+    assert sink.commit(0, stage(sink, 0))
+    return sink
 
 
 def all_files(path: str, options: dict[str, str] | None = None) -> list[str]:
@@ -96,21 +99,11 @@ def assert_only_committed_visible(root: str) -> None:
     assert ds.dataset(root, format="parquet", partitioning="hive").count_rows() == committed
 
 
-@pytest.fixture(params=["local", "s3"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str] | None]:
-    if request.param == "local":
-        return str(tmp_path / "out"), None
-    s3 = request.getfixturevalue("s3")
-    return s3.new_prefix(), s3.storage_options()
-
-
 def test_staged_files_of_a_failed_batch_match_no_parquet_glob(
-    where: tuple[str, dict[str, str] | None],
+    sink_location: tuple[str, dict[str, str] | None],
 ) -> None:
-    path, options = where
-    sink = ParquetSink(path, partition_by=["topic"], storage_options=options)
-    sink.check(SCHEMA)
-    assert sink.commit(0, stage(sink, 0))
+    path, options = sink_location
+    sink = sink_with_batch_0(path, options)
     failed = stage(sink, 1)  # the executors staged batch 1, then the batch failed
     assert failed and all(f.path.endswith(STAGED_SUFFIX) for f in failed)
     names = all_files(path, options)
@@ -136,13 +129,11 @@ def test_staged_files_of_a_failed_batch_match_no_parquet_glob(
 
 
 def test_a_manifest_of_the_previous_release_is_completed(
-    where: tuple[str, dict[str, str] | None],
+    sink_location: tuple[str, dict[str, str] | None],
 ) -> None:
     """A crash between manifest and publish under 0.1.0: staged names ended in ``.parquet``."""
-    path, options = where
-    sink = ParquetSink(path, partition_by=["topic"], storage_options=options)
-    sink.check(SCHEMA)
-    assert sink.commit(0, stage(sink, 0))
+    path, options = sink_location
+    sink = sink_with_batch_0(path, options)
     loc = sink.location
     table = pa.Table.from_batches([make_batch(1)])
     entries = []
@@ -211,9 +202,9 @@ def _three_small_batches(root: str, options: dict[str, str] | None = None) -> Pa
 
 
 def test_a_compaction_killed_after_staging_leaves_nothing_visible(
-    where: tuple[str, dict[str, str] | None],
+    sink_location: tuple[str, dict[str, str] | None],
 ) -> None:
-    root, options = where
+    root, options = sink_location
     _three_small_batches(root, options)
     _crash_at_commit_point(
         f"""

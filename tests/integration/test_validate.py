@@ -13,14 +13,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from tests.fixtures.sessions_job import TWO_LOCAL_CORES, sessions_config, small_simulation
 
 from inorder.commands.run import dump_toml
-from inorder.dev.sim_model import FaultRates, SimulationConfig
 from inorder.dev.simulator import SimulationResult, simulate
 from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate
 from inorder.pipeline.config import build_pipeline
-from inorder.pipeline.config import validate as validate_config
 from inorder.sinks.parquet import committed_files
 
 
@@ -39,55 +38,31 @@ class RunFixture:
         return self.work / "output"
 
 
-def session_config(bootstrap: str, prefix: str, work: Path, **extra: Any) -> dict[str, Any]:
+def session_config(
+    bootstrap: str,
+    prefix: str,
+    work: Path,
+    *,
+    max_offsets: int = 700,
+    on_violation: str = "restart_session",
+) -> dict[str, Any]:
     """A small session-table pipeline over one simulation's topics (several batches)."""
-    processor = extra.pop("processor", {"type": "sessions"})
-    return validate_config(
-        {
-            "pipeline": {
-                "name": "ops",
-                "checkpoint": str(work / "checkpoint"),
-                "trigger": "available-now",
-                "progress": "quiet",
-            },
-            "source": {
-                "bootstrap_servers": bootstrap,
-                "topic_pattern": f"{prefix}.*",
-                "max_offsets_per_trigger": extra.pop("max_offsets", 700),
-            },
-            "processor": processor,
-            "integrity": {"on_violation": extra.pop("on_violation", "restart_session")},
-            "sink": {"path": str(work / "output"), "partition_by": ["topic"]},
-            "spark": {"master": "local[2]"},
-        }
+    return sessions_config(
+        bootstrap,
+        prefix,
+        work,
+        name="ops",
+        max_offsets=max_offsets,
+        integrity={"on_violation": on_violation},
+        spark=TWO_LOCAL_CORES,
     )
 
 
-def small_simulation(
-    prefix: str, seed: int, faulty: float = 0.0, messages: int = 1500
-) -> SimulationConfig:
-    """Two sites, two partitions each, a few snapshot/update sessions."""
-    return SimulationConfig(
-        sites=2,
-        topic_prefix=prefix,
-        partitions=2,
-        sessions_per_site=6,
-        rows_per_snapshot=5,
-        messages=messages,
-        restart_every=80,
-        faults=FaultRates(drop=0.02, duplicate=0.02, swap=0.0, malformed=0.01)
-        if faulty
-        else FaultRates(),
-        faulty_sessions=faulty,
-        seed=seed,
-    )
-
-
-def make_run(kafka: Any, work: Path, seed: int, faulty: float = 0.0, **extra: Any) -> RunFixture:
+def make_run(kafka: Any, work: Path, seed: int, faulty: float = 0.0) -> RunFixture:
     """Simulate, run the pipeline to the end, write its TOML file."""
     prefix = f"ops{seed}-{random.randrange(10**9)}-"
     sim = simulate(small_simulation(prefix, seed, faulty), kafka.bootstrap_servers)
-    config = session_config(kafka.bootstrap_servers, prefix, work, **extra)
+    config = session_config(kafka.bootstrap_servers, prefix, work)
     build_pipeline(config).run()
     toml = work / "pipeline.toml"
     toml.write_text(dump_toml(config))

@@ -15,29 +15,16 @@ import os
 import signal
 import sys
 import types
+from pathlib import Path
 from typing import Any
-
-import pyarrow as pa
 
 from inorder.sinks import commit_checkpoint
 from inorder.sinks.compaction import compact_parquet
 from inorder.sinks.parquet import ParquetSink
 from inorder.storage import fs as sfs
 
-SCHEMA = pa.schema([("topic", pa.string()), ("batch_id", pa.int64()), ("id", pa.int64())])
-
-
-def batch_rows(batch_id: int, rows: int) -> pa.RecordBatch:
-    """Rows of one batch: ids batch_id*rows .. +rows (the same on every run)."""
-    ids = list(range(batch_id * rows, (batch_id + 1) * rows))
-    return pa.record_batch(
-        [
-            pa.array(["even" if i % 2 == 0 else "odd" for i in ids]),
-            pa.array([batch_id] * rows, pa.int64()),
-            pa.array(ids, pa.int64()),
-        ],
-        schema=SCHEMA,
-    )
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository, for tests.*
+from tests.fixtures.sink_cases import ID_SCHEMA, id_batch, stage_batch
 
 
 def dying_fs(die_at: int) -> types.SimpleNamespace:
@@ -64,17 +51,12 @@ def main() -> int:
     if die_at:
         setattr(commit_checkpoint, "sfs", dying_fs(die_at))  # noqa: B010
     sink = ParquetSink(path, partition_by=["topic"], checkpoint_interval=3, manifest_retention=2)
-    sink.check(SCHEMA)
+    sink.check(ID_SCHEMA)
     print("ready", flush=True)
     last = sink.last_committed_batch()
     start = 0 if last is None else last
     for batch_id in range(start, batches):
-        data = batch_rows(batch_id, rows)
-        files = []
-        for task, part in enumerate((data.slice(0, rows // 2), data.slice(rows // 2))):
-            writer = sink.open_writer(SCHEMA, batch_id, f"task{task}")
-            writer.write(part)
-            files += writer.close()
+        files = stage_batch(sink, batch_id, id_batch(batch_id, rows), key="task")
         committed = sink.commit(batch_id, files)
         if committed != (last is None or batch_id != last):
             print(f"batch {batch_id}: commit returned {committed}", file=sys.stderr)
