@@ -128,6 +128,15 @@ def test_python_workers_are_forked_from_the_preloading_daemon(spark: Any) -> Non
     assert got == [("inorder.spark.daemon", True)] * 2
 
 
+def test_a_local_jvm_runs_with_the_quick_start_options(spark: Any) -> None:
+    from inorder.pipeline.spark import LOCAL_JVM_OPTIONS
+
+    jvm = spark.sparkContext._jvm
+    args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    for option in LOCAL_JVM_OPTIONS.split():
+        assert option in args, f"{option} not among the JVM's arguments {args}"
+
+
 def test_fail_policy_raises_before_commit(spark: Any, tmp_path: Path) -> None:
     backend = make_backend(tmp_path)
     records = [record(0, "a", v=1), record(1, "a", v=9, op="bad"), record(2, "a")]
