@@ -121,3 +121,28 @@ def kafka_end(kafka: Any, topic: str) -> int:
         return int(consumer.get_watermark_offsets(CTP(topic, 0), timeout=15)[1])
     finally:
         consumer.close()
+
+
+class _Node:
+    """An object that can sit in a reference cycle."""
+
+    me: _Node | None = None
+
+
+def test_cyclic_garbage_made_while_a_range_is_applied_is_freed(kafka: Any) -> None:
+    import weakref
+
+    topic = kafka.new_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for i in range(30):
+        producer.produce(topic, value=f"v{i}".encode())
+    producer.flush(30)
+    chunks = read_records(_options(kafka, topic), TopicPartition(topic, 0), 0, 30)
+    next(chunks)
+    node = _Node()
+    node.me = node  # garbage only the cyclic GC can free, made "by the processor"
+    ref = weakref.ref(node)
+    del node
+    next(chunks)  # the reader's pause of the GC is still on, between the two chunks
+    assert ref() is None
+    chunks.close()
