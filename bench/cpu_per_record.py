@@ -55,6 +55,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common
+import _process_tree as process_tree
 
 ROOT = common.ROOT
 SESSIONS_TOML = ROOT / "examples" / "sessions.toml"
@@ -198,11 +199,11 @@ def run_contender(
     else:
         argv = [sys.executable, here, "--child", "vanilla", bootstrap, prefix, work]
         argv += [str(total), str(max_offsets)]
-    broker_before = common.tree_cpu_seconds(broker) if broker else 0.0
-    run = common.run_tree(
+    broker_before = process_tree.tree_cpu_seconds(broker) if broker else 0.0
+    run = process_tree.run_tree(
         argv, env=env, cwd=work, stderr_path=f"{work}.stderr", exclude_pgids=exclude
     )
-    broker_cpu = common.tree_cpu_seconds(broker) - broker_before if broker else float("nan")
+    broker_cpu = process_tree.tree_cpu_seconds(broker) - broker_before if broker else float("nan")
     if run.returncode != 0:
         tail = Path(f"{work}.stderr").read_text(errors="replace")[-3000:]
         raise SystemExit(f"{kind} exited with {run.returncode}; stderr ends:\n{tail}")
@@ -273,7 +274,7 @@ def _steady(
         return
     (first, _), (end, _) = commits[0], commits[-1]
     records = sum(n for _, n in commits[1:])
-    cpu = common.cpu_at(series, end) - common.cpu_at(series, first)
+    cpu = process_tree.cpu_at(series, end) - process_tree.cpu_at(series, first)
     result["steady_us"] = cpu / records * 1e6
     result["steady_rate"] = records / (end - first) if end > first else float("nan")
 
@@ -315,7 +316,7 @@ def main() -> int:
         return child_vanilla(rest[0], rest[1], rest[2], int(rest[3]), int(rest[4]))
 
     common.setup_env()
-    if not common.set_child_subreaper():
+    if not process_tree.set_child_subreaper():
         print("warning: no subreaper; CPU is the sampled lower bound", flush=True)
     contenders: list[tuple[str, Path]] = [("inorder", ROOT)]
     if args.vs:
@@ -329,12 +330,12 @@ def main() -> int:
     results: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in contenders}
     loads = [os.getloadavg()]
     with common.workdir("inorder-cpu-") as tmp, common.broker(tmp) as bootstrap:
-        broker = common.broker_pid(tmp, bootstrap)
+        broker = process_tree.broker_pid(tmp, bootstrap)
         exclude = [os.getpgid(broker)] if broker else []
         if broker:
-            idle_before = common.tree_cpu_seconds(broker)
+            idle_before = process_tree.tree_cpu_seconds(broker)
             time.sleep(5)
-            idle = (common.tree_cpu_seconds(broker) - idle_before) / 5
+            idle = (process_tree.tree_cpu_seconds(broker) - idle_before) / 5
             print(f"broker pid {broker}: {idle * 1000:.1f} ms CPU per second while idle")
         prefix = f"cpu-{uuid.uuid4().hex[:6]}-"
         started = time.perf_counter()
