@@ -12,19 +12,25 @@ from pathlib import Path
 from typing import Any
 
 
+def _tree_processes(pid: int) -> list[Any]:
+    """``pid`` and its live descendants as psutil processes (empty when it is gone)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def rss_tree(pid: int) -> int:
     """Resident bytes of ``pid`` and all its descendants (psutil, else /proc)."""
     try:
         import psutil
     except ImportError:
         return _rss_tree_proc(pid)
-    try:
-        proc = psutil.Process(pid)
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
     total = 0
-    for p in procs:
+    for p in _tree_processes(pid):
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             total += p.memory_info().rss
     return total
@@ -95,13 +101,8 @@ def tree_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of ``pid`` and its live descendants (0 when it is gone)."""
     import psutil
 
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
     total = 0.0
-    for p in procs:
+    for p in _tree_processes(pid):
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             t = p.cpu_times()
             total += t.user + t.system

@@ -132,32 +132,22 @@ class FuzzyTier:
     ) -> None:
         """A decoded record joins the reorder buffer, or is late."""
         applier = self._applier
-        if event_us is None:
-            if not applier._skip_ignored(key):
-                applier._violation(
-                    "missing_event_time",
-                    "the record has no event time (fuzzy tier orders by event time)",
-                    key,
-                    offset,
-                    value,
-                    ts_us,
-                    kafka_key,
-                )
-            return
+        rule, detail = "", ""
         watermark = applier.ctx._watermark_us
-        if watermark is not None and event_us < watermark:
+        if event_us is None:
+            rule = "missing_event_time"
+            detail = "the record has no event time (fuzzy tier orders by event time)"
+        elif watermark is not None and event_us < watermark:
+            rule = "late"
+            detail = (
+                f"event time {from_micros(event_us).isoformat()} is behind the "
+                f"watermark {from_micros(watermark).isoformat()}"
+            )
+        if rule:
             if not applier._skip_ignored(key):
-                applier._violation(
-                    "late",
-                    f"event time {from_micros(event_us).isoformat()} is behind the "
-                    f"watermark {from_micros(watermark).isoformat()}",
-                    key,
-                    offset,
-                    value,
-                    ts_us,
-                    kafka_key,
-                )
+                applier._violation(rule, detail, key, offset, value, ts_us, kafka_key)
             return
+        assert event_us is not None
         self.buffer.push((event_us, offset, kafka_key, value, ts_us, headers))
         if watermark is not None and event_us <= watermark:
             self.advance(watermark)

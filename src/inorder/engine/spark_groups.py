@@ -45,7 +45,13 @@ from inorder.engine.apply import OrderedApplier
 from inorder.engine.context import EVENT_TIME, PROCESSING_TIME, delta_micros
 from inorder.engine.keygroups import streaming_batch_id
 from inorder.engine.results import RESULT_SCHEMA, TaskResult, failure_result, result_row
-from inorder.engine.task import TaskSpec, _headers_of_json, task_result, write_dead_letters
+from inorder.engine.task import (
+    TaskSpec,
+    _headers_of_json,
+    new_applier,
+    task_result,
+    write_dead_letters,
+)
 from inorder.engine.violations import PROCESSOR_ERROR, ViolationEvent
 from inorder.records import TopicPartition
 from inorder.sinks.base import BatchWriter, WrittenFile
@@ -313,20 +319,7 @@ class GroupProcessor(StatefulProcessor):
         )
         if len(records) * _SCAN_RATIO >= self._keys > 0:
             view.scan()  # most keys are touched anyway: one batched read beats a get per key
-        applier = OrderedApplier(
-            spec.processor,
-            spec.codec,
-            spec.integrity,
-            view,
-            tp.topic,
-            tp.partition,
-            batch_id,
-            processing_us,
-            meta,
-            max_events=spec.max_events,
-            copy_state=self._codec.copy,
-            external_watermark=True,
-        )
+        applier = new_applier(spec, tp, view, meta, self._codec, external_watermark=True)
         # "resorted": Spark delivered this group's rows out of offset order (spills, fetches).
         timings: dict[str, float] = {
             "load": time.perf_counter() - started,

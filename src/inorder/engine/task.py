@@ -33,6 +33,7 @@ from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS, TopicPartition
 from inorder.sinks.base import BatchWriter, Sink, WrittenFile
 from inorder.spark.worker_heap import freeze_worker_heap
 from inorder.state.checkpoint import CheckpointStore
+from inorder.state.entry import PartitionMeta, StateView
 from inorder.state.store import PartitionStore, StateOptions
 
 MARKER_HEADER = "inorder.range"
@@ -90,7 +91,19 @@ def open_applier(
     group's own store for the spark backend)."""
     store = PartitionStore(spec.checkpoint, store_tp, state_codec, spec.epoch, spec.state_options)
     view, meta = store.open(spec.batch_id)
-    applier = OrderedApplier(
+    return store, new_applier(spec, tp, view, meta, state_codec, external_watermark)
+
+
+def new_applier(
+    spec: TaskSpec,
+    tp: TopicPartition,
+    view: StateView,
+    meta: PartitionMeta,
+    state_codec: Any,
+    external_watermark: bool = False,
+) -> OrderedApplier:
+    """The applier of ``tp`` for ``spec``'s batch over ``view`` (state copied by its codec)."""
+    return OrderedApplier(
         spec.processor,
         spec.codec,
         spec.integrity,
@@ -104,7 +117,6 @@ def open_applier(
         copy_state=state_codec.copy,
         external_watermark=external_watermark,
     )
-    return store, applier
 
 
 class _PartitionWork:
@@ -284,8 +296,9 @@ def _headers_column(batch: pa.RecordBatch) -> list[Any]:
     return [None if h is None else [(x["key"], x["value"]) for x in h] for h in col.to_pylist()]
 
 
-def _marker_rows(batch: pa.RecordBatch) -> list[int]:
-    """Indices of marker rows (null key and value, timestampType -1, the range header)."""
+def _markers(batch: pa.RecordBatch) -> list[tuple[int, int, int]]:
+    """``(row index, start, end)`` of each marker row (null key and value, timestampType -1,
+    the ``inorder.range`` header carrying the planned ``[start, end)``)."""
     ts_type = batch.column("timestampType")
     if ts_type.null_count == len(ts_type):
         return []
@@ -297,21 +310,12 @@ def _marker_rows(batch: pa.RecordBatch) -> list[int]:
     if not indices:
         return []
     headers = _headers_column(batch.take(pa.array(indices, pa.int64())))
-    return [
-        i
-        for i, h in zip(indices, headers, strict=True)
-        if h and len(h) == 1 and h[0][0] == MARKER_HEADER
-    ]
-
-
-def _marker_ranges(batch: pa.RecordBatch, markers: list[int]) -> list[tuple[int, int]]:
-    """The planned ``[start, end)`` of each marker row (its ``inorder.range`` header)."""
-    headers = _headers_column(batch.take(pa.array(markers, pa.int64())))
-    ranges = []
-    for h in headers:
-        start, _, end = (h[0][1] or b"").decode().partition("-")
-        ranges.append((int(start), int(end)))
-    return ranges
+    found = []
+    for i, h in zip(indices, headers, strict=True):
+        if h and len(h) == 1 and h[0][0] == MARKER_HEADER:
+            start, _, end = (h[0][1] or b"").decode().partition("-")
+            found.append((i, int(start), int(end)))
+    return found
 
 
 def _read_and_apply(part: _PartitionWork, options: SourceOptions, start: int, end: int) -> None:
@@ -385,9 +389,10 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             if waited:
                 part.timings["input_wait"] = part.timings.get("input_wait", 0.0) + waited
                 waited = 0.0
-            markers = _marker_rows(run)
-            if spec.source_options is not None and markers:
-                for start, end in _marker_ranges(run, markers):
+            found = _markers(run)
+            markers = [i for i, _, _ in found]
+            if spec.source_options is not None:
+                for _, start, end in found:
                     _read_and_apply(part, spec.source_options, start, end)
             if markers == [0]:
                 run = run.slice(1)
