@@ -127,6 +127,32 @@ def sessions_config(
     )
 
 
+def sessions_run_args(bootstrap: str, prefix: str, max_offsets: int, work: str) -> list[str]:
+    """``inorder run`` arguments for the session job of ``examples/sessions.toml`` over the
+    topics ``prefix*``: local[2], AvailableNow, JSON progress, checkpoint and output in
+    ``work``."""
+    return [
+        "run",
+        str(ROOT / "examples" / "sessions.toml"),
+        "--progress",
+        "json",
+        "--trigger",
+        "available-now",
+        "--master",
+        "local[2]",
+        "--set",
+        f"source.bootstrap_servers={bootstrap}",
+        "--set",
+        f"source.topic_pattern={prefix}.*",
+        "--set",
+        f"source.max_offsets_per_trigger={max_offsets}",
+        "--set",
+        f"pipeline.checkpoint={work}/checkpoint",
+        "--set",
+        f"sink.path={work}/output",
+    ]
+
+
 def median(values: Sequence[float]) -> float:
     """The median (0 for no values)."""
     return statistics.median(values) if values else 0.0

@@ -1,7 +1,7 @@
 """CPU per record of the session job end to end: inorder, the one-process limit, vanilla PySpark.
 
 Run: ``.venv/bin/python bench/cpu_per_record.py [--messages 400000] [--max-offsets 100000]
-[--rounds 5] [--skip-vanilla] [--vs CHECKOUT]``
+[--rounds 5] [--skip-vanilla] [--vs CHECKOUT] [--with-quix]``
 
 Quick check (~3 minutes on 2 shared cores): ``--messages 100000 --max-offsets 25000 --rounds 2
 --skip-vanilla``. The defaults take 10-15 minutes here.
@@ -22,7 +22,11 @@ order rotates every round):
   (zstd) writes of the same change rows (``pure_python_rate`` of ``bench/e2e_throughput.py``);
 * **vanilla PySpark**: the same source, ``groupBy(session).applyInPandasWithState`` and Spark's
   Parquet writer (``bench/vanilla_sessions.py``), same batch sizes, PySpark's own worker
-  daemon (as a PySpark user runs it; ``--skip-vanilla`` leaves it out).
+  daemon (as a PySpark user runs it; ``--skip-vanilla`` leaves it out);
+* **quix** with ``--with-quix``: Quix Streams, exactly-once, the same processor with its state
+  in Quix state, a checkpoint (one Parquet file) every ``--max-offsets`` messages
+  (``bench/quix_sessions.py``, from its own virtualenv: ``bench/_quix.py``). After every round
+  its change rows are checked equal to inorder's (the benchmark stops at a difference).
 
 CPU is user + system seconds of every process of the tree (the driver, the Spark JVM, every
 Python worker and daemon, the data source planner processes): this process makes itself the
@@ -34,7 +38,8 @@ is added to the total and printed separately. Wall rate: messages / seconds from
 start to its exit (start-up included). Start-up: for inorder, process start to the start of
 the first data batch (the first batch's JSON progress event time minus its duration; the
 runner reports every 0.5 s, so +-0.5 s), and to its commit; for vanilla the same from Spark's
-progress; for the limit, the process time outside its read loop (imports, connecting).
+progress; for the limit, the process time outside its read loop (imports, connecting); for
+quix, process start to its first message, and to its first checkpoint's sink flush.
 Per contender the medians over ``--rounds`` runs are printed, with the limit's and vanilla's
 CPU per record over the contender's (1.0 = as cheap as the limit; above 1 for vanilla = cheaper
 than vanilla).
@@ -56,9 +61,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common
 import _process_tree as process_tree
+import _quix as quix
 
 ROOT = common.ROOT
-SESSIONS_TOML = ROOT / "examples" / "sessions.toml"
 
 # Runs `inorder run ...` after printing which inorder it imported (the driver's view).
 DRIVER = (
@@ -174,28 +179,13 @@ def run_contender(
             sys.executable,
             "-c",
             DRIVER,
-            "run",
-            str(SESSIONS_TOML),
-            "--progress",
-            "json",
-            "--trigger",
-            "available-now",
-            "--master",
-            "local[2]",
-            "--set",
-            f"source.bootstrap_servers={bootstrap}",
-            "--set",
-            f"source.topic_pattern={prefix}.*",
-            "--set",
-            f"source.max_offsets_per_trigger={max_offsets}",
-            "--set",
-            f"pipeline.checkpoint={work}/checkpoint",
-            "--set",
-            f"sink.path={work}/output",
+            *common.sessions_run_args(bootstrap, prefix, max_offsets, work),
         ]
     elif kind == "limit":
         argv = [sys.executable, here, "--child", "limit", bootstrap, prefix, f"{work}/out"]
         argv.append(str(total))
+    elif kind == "quix":
+        argv = quix.argv(quix.venv_python(tree), bootstrap, prefix, work, total, max_offsets)
     else:
         argv = [sys.executable, here, "--child", "vanilla", bootstrap, prefix, work]
         argv += [str(total), str(max_offsets)]
@@ -224,6 +214,7 @@ def run_contender(
         "steady_us": float("nan"),
         "steady_rate": float("nan"),
         "load": os.getloadavg()[0],
+        "output": f"{work}/out" if kind == "limit" else f"{work}/output",
     }
     if kind.startswith("inorder"):
         module = next((e["file"] for _, e in events if e.get("event") == "bench_module"), "")
@@ -253,6 +244,11 @@ def run_contender(
         result["batches"] = 1
         result["steady_us"] = float(loop["loop_cpu"]) / total * 1e6
         result["steady_rate"] = float(loop["rate"])
+    elif kind == "quix":
+        info = quix.summary([e for _, e in events], run.start_epoch, total)
+        for key in ("startup", "first_commit", "batches"):
+            result[key] = info[key]
+        _steady(result, run.series, info["commits"])
     else:
         info = next(e for _, e in events if e.get("event") == "vanilla")
         if info["records"] != total:
@@ -305,6 +301,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--skip-vanilla", action="store_true")
     parser.add_argument(
+        "--with-quix", action="store_true", help="also run Quix Streams (its own virtualenv)"
+    )
+    parser.add_argument(
         "--vs", metavar="CHECKOUT", help="also run the inorder contender from this source tree"
     )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -325,6 +324,9 @@ def main() -> int:
             parser.error(f"--vs: {other}/src/inorder is not a directory")
         contenders.append((f"inorder ({other.name})", other))
     contenders.append(("limit", ROOT))
+    if args.with_quix:
+        quix.ensure_venv(ROOT)
+        contenders.append(("quix", ROOT))
     if not args.skip_vanilla:
         contenders.append(("vanilla", ROOT))
     results: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in contenders}
@@ -343,6 +345,7 @@ def main() -> int:
         print(f"produced {total:,} messages in {time.perf_counter() - started:.1f} s", flush=True)
         for round_no in range(args.rounds):
             shift = round_no % len(contenders)
+            done: dict[str, dict[str, Any]] = {}
             for name, tree in contenders[shift:] + contenders[:shift]:
                 r = run_contender(
                     name,
@@ -357,8 +360,11 @@ def main() -> int:
                 )
                 if round_no == 0 and "module" in r:
                     print(f"{name}: driver imported {r['module']}; workers {r['python_paths']}")
-                results[name].append(r)
+                results[name].append(done.setdefault(name, r))
                 print(f"round {round_no + 1}: " + _line(r, total), flush=True)
+            if "quix" in done:
+                rows = quix.check_same(done["inorder"]["output"], done["quix"]["output"])
+                print(f"round {round_no + 1}: quix's {rows:,} change rows = inorder's", flush=True)
     loads.append(os.getloadavg())
     print(report(results, total, args, loads))
     return 0

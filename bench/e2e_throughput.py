@@ -85,7 +85,7 @@ def pure_python_rate(bootstrap: str, tps: list[tuple[str, int]], total: int, out
     """Messages/s of one process: consume, decode, apply with dict state, write Parquet."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from vanilla_sessions import _Ctx
+    from _session_rows import SessionContext, change_schema
 
     from inorder.codecs.base import DecodeError
     from inorder.processor import Violation
@@ -95,20 +95,8 @@ def pure_python_rate(bootstrap: str, tps: list[tuple[str, int]], total: int, out
     processor = SessionTables(row_key="id")
     codec = SessionCodec("id")
     states: dict[str, SessionState] = {}
-    ctx = _Ctx()
-    schema = pa.schema(
-        [
-            ("topic", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("kafka_ts", pa.timestamp("us", tz="UTC")),
-            ("session", pa.string()),
-            ("seq", pa.int64()),
-            ("op", pa.string()),
-            ("row_id", pa.string()),
-            ("row", pa.string()),
-        ]
-    )
+    ctx = SessionContext()
+    schema = change_schema()
     from datetime import UTC, datetime
 
     cols: list[list[Any]] = [[] for _ in schema]

@@ -22,33 +22,23 @@ Usage from Python::
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+# Run as a script, imported from the bench directory or as ``bench.<module>``: the shared
+# session-job pieces live beside this file.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _session_rows import SessionContext
 
 OUTPUT_DDL = (
     "topic string, partition int, offset long, kafka_ts timestamp, session string, seq long, "
     "op string, row_id string, row string"
 )
 STATE_DDL = "state string"
-
-
-class _Ctx:
-    """The part of inorder's Context the session processor uses (no timers in this job)."""
-
-    __slots__ = ("timestamp",)
-
-    def __init__(self) -> None:
-        self.timestamp: datetime | None = None
-
-    def set_timeout(self, *args: Any) -> None:
-        """Timers are not part of the baseline."""
-
-    def clear_timeout(self) -> None:
-        """Timers are not part of the baseline."""
-
-    def reset_session(self) -> None:
-        """Handled by the caller (state dropped)."""
 
 
 def session_function(sort_by_offset: bool = False) -> Any:
@@ -75,7 +65,7 @@ def session_function(sort_by_offset: bool = False) -> Any:
         pdf = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         if sort_by_offset:
             pdf = pdf.sort_values(["partition", "offset"], kind="stable")
-        ctx = _Ctx()
+        ctx = SessionContext()
         out: dict[str, list[Any]] = {c: [] for c in OUTPUT_COLUMNS}
         for topic, partition, offset, value, ts in zip(
             pdf["topic"].tolist(),
@@ -126,7 +116,12 @@ def start_vanilla(
     sort_by_offset: bool = False,
 ) -> Any:
     """Start the baseline query (``inorder-kafka`` -> applyInPandasWithState -> Parquet)."""
+    import _session_rows
+    from pyspark import cloudpickle
     from pyspark.sql.streaming.state import GroupStateTimeout
+
+    # Spark's workers cannot import the bench directory's modules: ship this one's classes.
+    cloudpickle.register_pickle_by_value(_session_rows)
 
     # inorder's session defaults to Avro state encoding, which this operator does not support.
     spark.conf.set("spark.sql.streaming.stateStore.encodingFormat", "unsaferow")

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "cluster",
     "package",
     "archive",
+    "prepare",
 )
 
 EPILOG = """examples:

@@ -62,12 +62,15 @@ class RecordCounter:
 
     def __init__(self) -> None:
         self.records = 0
+        self.seconds: list[dict[str, float]] = []
 
     def on_start(self) -> None:
         pass
 
     def on_batch(self, progress: BatchProgress, lag_by_partition: dict[str, int] | None) -> None:
         self.records += progress.records
+        if progress.records:
+            self.seconds.append(progress.seconds)
 
     def on_failure(self, error: BaseException) -> None:
         pass
@@ -130,6 +133,10 @@ def test_session_tables_match_truth_with_late_site_and_faults(
     summary = outcome["summary"]
     assert summary.records == first.records + late.records
     assert summary.violations, "injected faults must show as integrity events"
+    # Where each batch's time went: the backend's phases and Spark's own steps.
+    for seconds in counter.seconds:
+        assert seconds["apply"] > 0 and seconds["tasks"] > 0 and seconds["commit"] >= 0, seconds
+        assert seconds["spark_triggerExecution"] >= seconds["tasks"], seconds
     changes = read_changes(str(tmp_path / "output"))
     assert_matches_truth(only_topics(changes, f"{prefix}late-", matching=False), first.ground_truth)
     late_changes = only_topics(changes, f"{prefix}late-")

@@ -80,12 +80,17 @@ def test_engine_reads_match_the_arrow_path(kafka: Any) -> None:
             assert everything[0][4] == [("h", b"0-0")] and everything[1][4] is None
 
 
-def test_engine_reads_name_expired_offsets(kafka: Any) -> None:
-    topic = kafka.new_topic(partitions=1)
+def _produce_values(kafka: Any, topic: str, n: int) -> None:
+    """Records ``v0`` .. ``v<n-1>`` (no key) to partition 0 of ``topic``."""
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
-    for i in range(40):
+    for i in range(n):
         producer.produce(topic, value=f"v{i}".encode())
     producer.flush(30)
+
+
+def test_engine_reads_name_expired_offsets(kafka: Any) -> None:
+    topic = kafka.new_topic(partitions=1)
+    _produce_values(kafka, topic, 40)
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
     admin.delete_records([CTP(topic, 0, 20)])[CTP(topic, 0, 20)].result(15)
     tp = TopicPartition(topic, 0)
@@ -97,10 +102,7 @@ def test_engine_reads_name_expired_offsets(kafka: Any) -> None:
 
 def test_a_ranges_only_source_yields_only_the_marker(kafka: Any) -> None:
     topic = kafka.new_topic(partitions=1)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
-    for i in range(5):
-        producer.produce(topic, value=f"v{i}".encode())
-    producer.flush(30)
+    _produce_values(kafka, topic, 5)
     options = _options(kafka, topic, **{"inorder.partitionMarkers": "true"})
     ranges_only = _options(
         kafka, topic, **{"inorder.partitionMarkers": "true", "inorder.rangesOnly": "true"}
@@ -133,10 +135,7 @@ def test_cyclic_garbage_made_while_a_range_is_applied_is_freed(kafka: Any) -> No
     import weakref
 
     topic = kafka.new_topic(partitions=1)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
-    for i in range(30):
-        producer.produce(topic, value=f"v{i}".encode())
-    producer.flush(30)
+    _produce_values(kafka, topic, 30)
     chunks = read_records(_options(kafka, topic), TopicPartition(topic, 0), 0, 30)
     next(chunks)
     node = _Node()

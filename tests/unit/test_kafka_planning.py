@@ -290,6 +290,15 @@ def test_options_are_case_insensitive_with_spark_names() -> None:
         ({"failOnDataLoss": "maybe"}, "failOnDataLoss: expected true or false"),
         ({"kafka.isolation.level": "dirty"}, "kafka.isolation.level"),
         ({"newTopicStartingOffsets": "middle"}, "newTopicStartingOffsets"),
+        ({"inorder.rangeGroups": "2"}, "inorder.rangeGroups: needs inorder.rangesOnly=true"),
+        (
+            {
+                "inorder.partitionMarkers": "true",
+                "inorder.rangesOnly": "true",
+                "inorder.rangeGroups": "-1",
+            },
+            "inorder.rangeGroups: must be at least 0",
+        ),
     ],
 )
 def test_bad_options_name_the_option(extra: dict[str, str], match: str) -> None:
@@ -454,3 +463,42 @@ def test_source_options_repr_hides_secrets() -> None:
     shown = repr(options)
     assert "hunter2" not in shown and "'sasl.password': '***'" in shown
     assert "SASL_SSL" in shown and "bootstrap_servers='127.0.0.1:9'" in shown
+
+
+def test_range_groups_balance_records_and_keep_each_partition_in_one_group() -> None:
+    from inorder.kafka.source import group_ranges
+
+    ranges = [("a", 0, 0, 900), ("a", 1, 0, 100), ("b", 0, 50, 550), ("b", 1, 0, 400)]
+    groups = group_ranges(ranges, 2)
+    assert len(groups) == 2
+    loads = sorted(sum(e - s for _, _, s, e in g.ranges) for g in groups)
+    assert loads == [900, 1000]  # largest first, each into the lighter group
+    flat = [r for g in groups for r in g.ranges]
+    assert sorted(flat) == sorted(ranges)  # every range exactly once
+    assert all(g.ranges == sorted(g.ranges) for g in groups)  # topic-partition order within
+    assert len(group_ranges(ranges[:1], 4)) == 1  # never an empty group
+
+
+def test_a_range_group_reads_as_one_marker_row_per_range() -> None:
+    from inorder.kafka.source import KafkaStreamReader
+
+    options = {
+        **BASE,
+        "inorder.partitionMarkers": "true",
+        "inorder.rangesOnly": "true",
+        "inorder.rangeGroups": "2",
+    }
+    reader = KafkaStreamReader(parse_options(options))
+    start = SourceOffset({TP("a", 0): 0, TP("a", 1): 0, TP("b", 0): 0}).to_dict()
+    end = SourceOffset({TP("a", 0): 30, TP("a", 1): 10, TP("b", 0): 25}).to_dict()
+    parts = reader.partitions(start, end)
+    assert len(parts) == 2
+    found = []
+    for part in parts:
+        (batch,) = list(reader.read(part))
+        assert batch.schema == SOURCE_ARROW_SCHEMA
+        for row in batch.to_pylist():
+            marker = parse_marker(row)
+            assert marker is not None
+            found.append((marker.tp.topic, marker.tp.partition, marker.start, marker.end))
+    assert sorted(found) == [("a", 0, 0, 30), ("a", 1, 0, 10), ("b", 0, 0, 25)]

@@ -224,7 +224,7 @@ class TieredStreamReader(KafkaStreamReader):
             self._admin = TieredAdmin(self._tiered)
         return self._admin
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaInputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         """The Kafka source's ranges, each told where the archive ends and which files to read."""
         planned = super().partitions(start, end)
         if not planned:
@@ -232,8 +232,11 @@ class TieredStreamReader(KafkaStreamReader):
         admin = self._client()
         assert isinstance(admin, TieredAdmin)
         coverage = admin.coverage(fresh=True)
-        out: list[KafkaInputPartition] = []
+        out: list[InputPartition] = []
         for p in planned:
+            # Reading through the archive never packs ranges (inorder.rangeGroups needs
+            # rangesOnly, which the runner does not set with an archive).
+            assert isinstance(p, KafkaInputPartition)
             tp = TopicPartition(p.topic, p.partition)
             archive_end, files = plan_tiered(coverage, tp, p.start, p.end)
             out.append(

@@ -81,6 +81,11 @@ class BatchReport:
     partitions: list[PartitionReport] = field(default_factory=list)
     processing_time_us: int = 0
     duration_seconds: float = 0.0
+    #: Where the batch's time went: ``tasks`` and ``commit`` (driver wall seconds), then the
+    #: tasks' own phases summed over partitions (``read``: waiting for Kafka, ``apply``,
+    #: ``write``: encoding and staging output, ``state``: the state delta, ``load``: opening
+    #: state).
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def forget_msgspec_caches(*types: Any) -> None:
@@ -247,8 +252,14 @@ class PartitionBackend:
         if self.sink.is_committed(batch_id):
             return BatchReport(batch_id=batch_id, committed=False)
         results = self.run_tasks(df, batch_id)
+        tasks_done = time.perf_counter()
         report = self.commit(batch_id, results)
         report.duration_seconds = time.perf_counter() - started
+        report.phase_seconds = {
+            "tasks": tasks_done - started,
+            "commit": report.duration_seconds - (tasks_done - started),
+            **_task_phases(results),
+        }
         return report
 
     def commit(self, batch_id: int, results: list[TaskResult]) -> BatchReport:
@@ -264,6 +275,14 @@ class PartitionBackend:
         report.committed = self.sink.commit(batch_id, files)
         report.output_files = len(files)
         return report
+
+
+#: Task timings summed into :attr:`BatchReport.phase_seconds` (the tasks' own names).
+_TASK_PHASES = ("read", "apply", "write", "state", "load")
+
+
+def _task_phases(results: list[TaskResult]) -> dict[str, float]:
+    return {phase: sum(float(r.timings.get(phase, 0.0)) for r in results) for phase in _TASK_PHASES}
 
 
 def summarize(batch_id: int, results: list[TaskResult]) -> BatchReport:

@@ -40,6 +40,7 @@ class KafkaSource:
     assign: Mapping[str, Sequence[int]] | str | None = None
     starting_offsets: str | Mapping[str, Mapping[str, int]] = "earliest"
     max_offsets_per_trigger: int | None = None
+    target_batch_duration: str | timedelta | float | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
     kafka_options: Mapping[str, str] = field(default_factory=dict)
@@ -99,6 +100,8 @@ class KafkaSource:
         )
         if self.max_offsets_per_trigger is not None:  # 0 too: the parser rejects it by name
             opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        if self.target_batch_duration is not None:
+            opts["inorder.targetBatchDuration"] = _millis(self.target_batch_duration)
         opts["failOnDataLoss"] = "true" if self.fail_on_data_loss else "false"
         opts["includeHeaders"] = "true" if self.include_headers else "false"
         if self.topic_discovery_interval is not None:

@@ -27,7 +27,7 @@ import logging
 import operator
 import time
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -107,16 +107,25 @@ def consumer_config(options: SourceOptions) -> dict[str, Any]:
 
 def marker_batch(tp: TopicPartition, start: int, end: int) -> pa.RecordBatch:
     """The one-row batch announcing a planned range (see :mod:`inorder.kafka.markers`)."""
+    return markers_batch([(tp, start, end)])
+
+
+def markers_batch(ranges: Sequence[tuple[TopicPartition, int, int]]) -> pa.RecordBatch:
+    """One marker row per planned range ``(tp, start, end)``, in the order given."""
+    n = len(ranges)
     return pa.RecordBatch.from_arrays(
         [
-            pa.nulls(1, pa.binary()),
-            pa.nulls(1, pa.binary()),
-            pa.array([tp.topic], pa.string()),
-            pa.array([tp.partition], pa.int32()),
-            pa.array([start], pa.int64()),
-            pa.nulls(1, _TS_TYPE),
-            pa.array([-1], pa.int32()),
-            pa.array([[{"key": MARKER_HEADER, "value": f"{start}-{end}".encode()}]], _HEADERS_TYPE),
+            pa.nulls(n, pa.binary()),
+            pa.nulls(n, pa.binary()),
+            pa.array([tp.topic for tp, _, _ in ranges], pa.string()),
+            pa.array([tp.partition for tp, _, _ in ranges], pa.int32()),
+            pa.array([start for _, start, _ in ranges], pa.int64()),
+            pa.nulls(n, _TS_TYPE),
+            pa.array([-1] * n, pa.int32()),
+            pa.array(
+                [[{"key": MARKER_HEADER, "value": f"{s}-{e}".encode()}] for _, s, e in ranges],
+                _HEADERS_TYPE,
+            ),
         ],
         schema=SOURCE_ARROW_SCHEMA,
     )

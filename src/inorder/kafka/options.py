@@ -41,6 +41,8 @@ OPTION_NAMES = {
         "groupIdPrefix",
         "inorder.partitionMarkers",
         "inorder.rangesOnly",
+        "inorder.rangeGroups",
+        "inorder.targetBatchDuration",
         "inorder.tickIntervalMs",
         "inorder.batchRows",
         "inorder.metadataTimeoutMs",
@@ -98,6 +100,12 @@ class SourceOptions:
     group_id_prefix: str = "inorder-kafka"
     partition_markers: bool = False
     ranges_only: bool = False
+    #: With ``ranges_only``: pack a micro-batch's ranges into at most this many input
+    #: partitions (0: one per range).
+    range_groups: int = 0
+    #: Size micro-batches to take about this long while a backlog lasts (see
+    #: :mod:`inorder.kafka.batch_sizing`); ``maxOffsetsPerTrigger`` stays a hard cap.
+    target_batch_duration: timedelta | None = None
     tick_interval_ms: int | None = None
     batch_rows: int = DEFAULT_BATCH_ROWS
     kafka: Mapping[str, str] = field(default_factory=dict)
@@ -312,6 +320,21 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "inorder.rangesOnly: needs inorder.partitionMarkers=true (the marker rows are "
             "all that is read)"
         )
+    range_groups = _positive_int(
+        "inorder.rangeGroups", raw.get("inorder.rangegroups", "0"), minimum=0
+    )
+    if range_groups and not ranges_only:
+        raise ConfigError(
+            "inorder.rangeGroups: needs inorder.rangesOnly=true (a group's task yields marker "
+            "rows only; records of several ranges in one task would lose per-range reads)"
+        )
+    target_batch = (
+        _duration("inorder.targetBatchDuration", raw["inorder.targetbatchduration"])
+        if raw.get("inorder.targetbatchduration")
+        else None
+    )
+    if target_batch is not None and target_batch.total_seconds() <= 0:
+        raise ConfigError("inorder.targetBatchDuration: must be more than 0 seconds")
     if "maxtriggerdelay" in raw and min_per is None:
         raise ConfigError("maxTriggerDelay: only meaningful with minOffsetsPerTrigger")
     delay = (
@@ -369,6 +392,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         group_id_prefix=raw.get("groupidprefix", "inorder-kafka"),
         partition_markers=markers,
         ranges_only=ranges_only,
+        range_groups=range_groups,
+        target_batch_duration=target_batch,
         tick_interval_ms=tick,
         batch_rows=_positive_int(
             "inorder.batchRows", raw.get("inorder.batchrows", str(DEFAULT_BATCH_ROWS))

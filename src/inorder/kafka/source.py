@@ -38,7 +38,8 @@ from pyspark.sql.streaming.datasource import (
 
 from inorder.errors import ConfigError, DataLossError, InorderError
 from inorder.kafka.admin import KafkaAdmin
-from inorder.kafka.consumer import marker_batch, read_range
+from inorder.kafka.batch_sizing import BatchSizer
+from inorder.kafka.consumer import marker_batch, markers_batch, read_range
 from inorder.kafka.offsets import EARLIEST, LATEST, SourceOffset
 from inorder.kafka.options import SourceOptions, parse_options
 from inorder.kafka.planning import (
@@ -70,6 +71,40 @@ class KafkaInputPartition(InputPartition):
 
     def __repr__(self) -> str:
         return f"KafkaInputPartition({self.topic}[{self.partition}] {self.start}..{self.end})"
+
+
+class KafkaRangeGroup(InputPartition):
+    """Several topic-partition ranges in one Spark task (``inorder.rangeGroups``).
+
+    Only with ``inorder.rangesOnly``: the task yields one marker row per range and its reader
+    (inorder's engine) reads each range itself, so a task's cost is per range, not per
+    input partition. Each Python data source input partition costs a round trip to a Python
+    worker: one per range was most of a small range's time.
+    """
+
+    def __init__(self, ranges: list[tuple[str, int, int, int]]) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges = ranges
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{t}[{p}] {s}..{e}" for t, p, s, e in self.ranges)
+        return f"KafkaRangeGroup({inner})"
+
+
+def group_ranges(ranges: Sequence[tuple[str, int, int, int]], groups: int) -> list[KafkaRangeGroup]:
+    """Ranges packed into at most ``groups`` groups of about equal record counts.
+
+    Largest range first into the group with the fewest records so far; within a group the
+    ranges keep topic-partition order. A topic-partition has one range per micro-batch, so it
+    is in exactly one group: its records stay in one task, in offset order.
+    """
+    bins: list[list[tuple[str, int, int, int]]] = [[] for _ in range(max(1, groups))]
+    loads = [0] * len(bins)
+    for r in sorted(ranges, key=lambda r: (-(r[3] - r[2]), r[0], r[1])):
+        lightest = loads.index(min(loads))
+        bins[lightest].append(r)
+        loads[lightest] += r[3] - r[2]
+    return [KafkaRangeGroup(sorted(b)) for b in bins if b]
 
 
 class KafkaDataSource(DataSource):
@@ -105,6 +140,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[TopicPartition, int] | None = None
         self._last_batch = time.monotonic()
         self._latest: SourceOffset | None = None
+        target = self._options.target_batch_duration
+        self._sizer = None if target is None else BatchSizer(target.total_seconds())
 
     # Executors get a pickled copy: ship only the options, never clients or driver state.
     def __getstate__(self) -> dict[str, Any]:
@@ -203,6 +240,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new_starts = self._starting_positions(new, marks, begin.initial)
         tick = self._tick(begin)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if self._sizer is not None:  # maxOffsetsPerTrigger stays a hard cap
+            sized = self._sizer.limit(time.monotonic())
+            max_rows = sized if max_rows is None else min(max_rows, sized)
         # Partitions that failed transiently keep their position this trigger.
         planning_marks = dict(marks)
         for tp in transient:
@@ -251,6 +291,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if nothing_new(end, begin):
             return start
         self._last_batch = now
+        if self._sizer is not None and max_rows is not None:
+            self._sizer.planned(min(result.available, max_rows), max_rows, now)
         return end.to_dict()
 
     def _tick(self, begin: SourceOffset) -> int | None:
@@ -309,10 +351,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Latest readable offsets seen at the last plan (Spark shows them as ``latestOffset``)."""
         return self._latest.to_dict() if self._latest is not None else None
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaInputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         """One input partition per topic-partition range, ordered by topic then partition.
 
-        With ``maxRecordsPerPartition`` a longer range becomes several input partitions.
+        With ``maxRecordsPerPartition`` a longer range becomes several input partitions; with
+        ``inorder.rangeGroups`` (ranges only) the ranges are packed into that many groups.
         """
         begin, stop = SourceOffset.from_dict(start), SourceOffset.from_dict(end)
         if same_offset(begin, stop):
@@ -320,6 +363,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = plan_ranges(begin, stop, markers=self._options.partition_markers)
         if self._options.max_records_per_partition is not None:
             ranges = split_ranges(ranges, self._options.max_records_per_partition)
+        groups = self._options.range_groups
+        if groups and len(ranges) > groups:
+            return list(
+                group_ranges([(r.tp.topic, r.tp.partition, r.start, r.end) for r in ranges], groups)
+            )
         return [KafkaInputPartition(r.tp.topic, r.tp.partition, r.start, r.end) for r in ranges]
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -333,6 +381,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Records of one range, in offset order (after the marker row, if enabled)."""
+        if isinstance(partition, KafkaRangeGroup):  # ranges only: the markers are all
+            yield markers_batch([(TopicPartition(t, p), s, e) for t, p, s, e in partition.ranges])
+            return
         assert isinstance(partition, KafkaInputPartition)
         tp = TopicPartition(partition.topic, partition.partition)
         if self._options.ranges_only:  # the engine task reads the range itself

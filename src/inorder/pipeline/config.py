@@ -103,6 +103,7 @@ def _check_values(config: Config, origin: str) -> None:
     for section, key in (
         ("pipeline", "tick_interval"),
         ("source", "topic_discovery_interval"),
+        ("source", "target_batch_duration"),
         ("integrity", "lateness"),
         ("notify", "stall_after"),
     ):
@@ -273,6 +274,7 @@ def _make_source(spec: Mapping[str, Any]) -> Any:
         topics=list(spec["topics"]) or None,
         starting_offsets=spec["starting_offsets"],
         max_offsets_per_trigger=spec["max_offsets_per_trigger"] or None,
+        target_batch_duration=spec.get("target_batch_duration") or None,
         fail_on_data_loss=spec["fail_on_data_loss"],
         include_headers=spec["include_headers"],
         topic_discovery_interval=spec["topic_discovery_interval"],

@@ -26,6 +26,9 @@ class BatchProgress:
     committed: bool = True
     #: Integrity events by ``topic[partition]``, then by rule (only partitions that had any).
     violations_by_partition: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Where the time went, in seconds: the backend's phases (see ``BatchReport``) and
+    #: Spark's own steps of the trigger (``spark_latestOffset``, ``spark_walCommit``, ...).
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -35,7 +35,6 @@ from inorder.pipeline.identity import (
 )
 from inorder.pipeline.observer import SafeObservers
 from inorder.pipeline.progress import (
-    BatchProgress,
     ProgressReporter,
     RunningBatch,
     RunSummary,
@@ -43,6 +42,7 @@ from inorder.pipeline.progress import (
 )
 from inorder.pipeline.query import trigger_kwargs
 from inorder.pipeline.resume import resume_overrides
+from inorder.pipeline.spark_progress import batch_progress, lag_by_partition, progress_dict
 
 if TYPE_CHECKING:
     from inorder.pipeline.pipeline import Pipeline
@@ -139,6 +139,11 @@ class PipelineRunner:
         options = {"inorder.partitionMarkers": "true"}
         if self._reads_in_tasks():
             options["inorder.rangesOnly"] = "true"
+            tasks = _default_parallelism(self._spark)
+            if tasks:
+                # One input partition per task the backend runs anyway: Spark's Python
+                # source costs a worker round trip per input partition (~40 ms each).
+                options["inorder.rangeGroups"] = str(tasks)
         tick = self.pipeline.tick_interval
         if tick is not None and "processingTime" in self._trigger_kwargs():
             options["inorder.tickIntervalMs"] = str(int(tick.total_seconds() * 1000))
@@ -187,7 +192,7 @@ class PipelineRunner:
             return self._run()
 
     def _run(self) -> RunSummary:
-        from inorder.pipeline.spark import build_spark_session
+        from inorder.pipeline.spark import build_spark_session, warm_python_workers
 
         started = time.monotonic()
         from inorder.archive.initial_state import prepare_pipeline, seed_if_needed
@@ -241,6 +246,7 @@ class PipelineRunner:
             conf=dict(p.spark_conf),
             log_file=self._log_file,
         )
+        warm_python_workers(self._spark, p.spark_master)
         extra = self._source_options()
         df = p.source.load(self._spark, extra_options=extra)
         if self._reads_in_tasks():
@@ -340,7 +346,7 @@ class PipelineRunner:
 
     def _report_progress(self, query: Any, printed: set[int], summary: RunSummary) -> None:
         for progress in query.recentProgress:
-            data = progress if isinstance(progress, dict) else _progress_dict(progress)
+            data = progress if isinstance(progress, dict) else progress_dict(progress)
             batch_id = int(data.get("batchId", -1))
             if batch_id in printed:
                 continue
@@ -351,7 +357,7 @@ class PipelineRunner:
             line = batch_progress(batch_id, report, data)
             summary.add(line)
             self.reporter.batch(line)
-            self._observers.on_batch(line, _lag_by_partition(data))
+            self._observers.on_batch(line, lag_by_partition(data))
 
     def _report_running(self) -> None:
         """Show a batch that is still running (a long batch is not silence)."""
@@ -437,49 +443,11 @@ def planned_records(checkpoint: str, batch_id: int) -> int | None:
     return total
 
 
-def _progress_dict(progress: Any) -> dict[str, Any]:
-    raw = getattr(progress, "json", None)
-    if callable(raw):
-        import json
-
-        loaded: dict[str, Any] = json.loads(raw())
-        return loaded
-    return dict(progress)
-
-
-def _lag_by_partition(progress: dict[str, Any]) -> dict[str, int] | None:
-    from inorder.kafka.lag import lag_from_progress
-
+def _default_parallelism(spark: Any) -> int:
+    """The session's task slots (0 without a session or SparkContext, e.g. Spark Connect)."""
+    if spark is None:
+        return 0
     try:
-        return {str(tp): int(n) for tp, n in lag_from_progress(progress).items()}
-    except Exception:  # lag is informative: never fail a run over it
-        return None
-
-
-def _lag(progress: dict[str, Any]) -> int | None:
-    by_partition = _lag_by_partition(progress)
-    return None if by_partition is None else sum(by_partition.values())
-
-
-def batch_progress(batch_id: int, report: Any, progress: dict[str, Any]) -> BatchProgress:
-    """Combine the backend's batch report with Spark's progress into a progress line."""
-    duration = float(getattr(report, "duration_seconds", 0.0)) or (
-        float(progress.get("durationMs", {}).get("triggerExecution", 0)) / 1000.0
-    )
-    records = int(getattr(report, "records", 0))
-    return BatchProgress(
-        batch_id=batch_id,
-        records=records,
-        records_per_second=records / duration if duration > 0 else 0.0,
-        duration_seconds=duration,
-        lag=_lag(progress),
-        state_keys=int(getattr(report, "state_keys", 0)),
-        output_rows=int(getattr(report, "output_rows", 0)),
-        output_files=int(getattr(report, "output_files", 0)),
-        violations=dict(getattr(report, "violations_by_rule", {}) or {}),
-        committed=bool(getattr(report, "committed", True)),
-        violations_by_partition={
-            partition: dict(counts)
-            for partition, counts in (getattr(report, "violations_by_partition", {}) or {}).items()
-        },
-    )
+        return max(int(spark.sparkContext.defaultParallelism), 0)
+    except Exception:
+        return 0

@@ -103,6 +103,12 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         "max_offsets_per_trigger": Setting(
             int, 0, "Upper bound of records per micro-batch (0: no bound)."
         ),
+        "target_batch_duration": Setting(
+            str,
+            "",
+            "Size micro-batches to take about this long while there is a backlog, e.g. "
+            '"20 seconds" (empty: off); max_offsets_per_trigger stays a hard cap.',
+        ),
         "fail_on_data_loss": Setting(
             bool, True, "Fail when records to read are gone (retention, deleted topic)."
         ),

@@ -6,9 +6,12 @@ import functools
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from inorder.pipeline import class_archive, spark_home
 
 #: JVM options of a local master's driver (which is also its executor): the JIT's first tier
 #: only and the serial collector. With the engine reading Kafka in Python, the JVM of a local
@@ -45,6 +48,7 @@ def build_spark_session(
         # Local runs listen on loopback only (and skip the "hostname resolves to a loopback
         # address" warning).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        spark_home.use_compiled_pyspark(conf or {})
     from pyspark.sql import SparkSession
 
     log_config = Path(__file__).with_name("log4j2.properties")
@@ -52,6 +56,9 @@ def build_spark_session(
     driver_options = f"-Dlog4j2.configurationFile={log_config}"
     if master.startswith("local"):
         driver_options += " " + LOCAL_JVM_OPTIONS
+        archive_options = class_archive.java_options(LOCAL_JVM_OPTIONS)
+        if archive_options:
+            driver_options += " " + archive_options
     if log_file:
         driver_options += f" -Dinorder.logFile={log_file}"
 
@@ -143,3 +150,43 @@ def _register_sources(session: Any) -> None:
     except ImportError:  # the source module is optional while the package is being built
         return
     session.dataSource.register(KafkaDataSource)
+
+
+class WorkerWarmUp(threading.Thread):
+    """The background job of :func:`warm_python_workers`; ``error`` holds what stopped it."""
+
+    def __init__(self, session: Any) -> None:
+        super().__init__(name="inorder-warm-workers", daemon=True)
+        self.session = session
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        """One ``mapInArrow`` task per core, doing nothing."""
+        try:
+            slots = max(int(self.session.sparkContext.defaultParallelism), 1)
+            frame = self.session.range(slots, numPartitions=slots)
+            frame.mapInArrow(_nothing, "id long").collect()
+        except Exception as exc:  # the session stopped first, or no SparkContext: nothing lost
+            self.error = exc
+
+
+def warm_python_workers(session: Any, master: str) -> WorkerWarmUp | None:
+    """On a local master, start the Python worker daemon and workers in the background.
+
+    Spark starts the daemon (which imports PySpark, pyarrow and inorder's engine) at the first
+    Python task, i.e. inside the first micro-batch, after the data source's planner processes
+    have run one after another. A one-task-per-core ``mapInArrow`` job started beside them
+    brings the daemon and workers up in parallel, and the first batch reuses them. A failure
+    is only recorded: the first batch then starts them itself, as without this.
+    """
+    if not master.startswith("local"):
+        return None
+    warm_up = WorkerWarmUp(session)
+    warm_up.start()
+    return warm_up
+
+
+def _nothing(batches: Iterator[Any]) -> Iterator[Any]:
+    for _ in batches:
+        pass
+    return iter(())
