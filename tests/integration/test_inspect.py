@@ -39,12 +39,16 @@ def test_batches_cover_every_record_once(clean_run: RunFixture) -> None:
     expected = {f"{t}[{p}]": o for t, tt in truth.items() for p, o in tt.end_offsets.items()}
     assert ends == expected
     assert all(b["duration_seconds"] is not None for b in batches)
-    # State sizes: one entry per partition, keys = sessions still open there.
+    # State sizes: one entry per partition, keys = sessions still open there. Sessions go to
+    # partitions by the hash of their key, which holds the random topic prefix: now and then
+    # every session of a site lands in one partition and the other holds none.
     sessions = clean_run.sim.ground_truth.sessions.values()
     for s in doc["state"]:
-        live = [x for x in sessions if (x.topic, x.partition) == (s["topic"], s["partition"])]
-        assert 0 < s["keys"] <= len(live)
-        assert s["state_bytes"] > 0 and s["file_bytes"] > 0
+        here = [x for x in sessions if (x.topic, x.partition) == (s["topic"], s["partition"])]
+        assert s["keys"] <= len(here)
+        if any(not x.ended for x in here):
+            assert s["keys"] > 0 and s["state_bytes"] > 0
+        assert s["file_bytes"] > 0
 
     done = cli("inspect", str(clean_run.toml), "--json")
     assert done.returncode == 0, done.stderr
