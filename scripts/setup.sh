@@ -50,8 +50,6 @@ if [ "$(rank_of "$EXTRAS")" = 0 ]; then
   exit 2
 fi
 
-PYTHON=${PYTHON:-python3.11}
-command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 VENV=${INORDER_VENV:-.venv}
 
 # -- Java ------------------------------------------------------------------------------------
@@ -120,10 +118,79 @@ log "using $(describe_java)"
 
 # -- Python and the virtualenv ---------------------------------------------------------------
 
-"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' || {
-  log "error: inorder needs Python 3.11 (found $("$PYTHON" --version 2>&1)); set PYTHON=..."
-  exit 1
+# Python 3.11 to 3.13 (PySpark 4.3.0 needs 3.11 or newer). $PYTHON when given; else the
+# interpreter of an existing $VENV when supported; else the newest supported one found on
+# PATH, in pyenv's versions or in /usr/bin, /usr/local/bin. As root with apt-get and none
+# found, Debian's python3.11 is installed.
+SUPPORTED_PYTHONS="3.13 3.12 3.11" # newest first
+
+version_of() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true; }
+
+is_supported() {
+  case " $SUPPORTED_PYTHONS " in
+    *" $1 "*) [ -n "$1" ] ;;
+    *) return 1 ;;
+  esac
 }
+
+# The newest supported interpreter on this machine (empty if none).
+find_python() {
+  local v candidate pyenv_root
+  pyenv_root=$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")
+  for v in $SUPPORTED_PYTHONS; do
+    for candidate in "$(command -v "python$v" 2>/dev/null || true)" \
+      "$pyenv_root"/versions/"$v"*/bin/"python$v" /usr/local/bin/"python$v" /usr/bin/"python$v"; do
+      [ -n "$candidate" ] && [ -x "$candidate" ] || continue
+      if [ "$(version_of "$candidate")" = "$v" ]; then
+        echo "$candidate"
+        return
+      fi
+    done
+  done
+}
+
+# INORDER_PYTHON_VERSION=3.x asks for that version only (scripts/test.sh's checks on the
+# oldest and newest); when it is not on the machine the exit code is 3.
+if [ -n "${INORDER_PYTHON_VERSION:-}" ]; then
+  if ! is_supported "$INORDER_PYTHON_VERSION"; then
+    log "error: INORDER_PYTHON_VERSION=$INORDER_PYTHON_VERSION: use one of $SUPPORTED_PYTHONS"
+    exit 2
+  fi
+  SUPPORTED_PYTHONS=$INORDER_PYTHON_VERSION
+fi
+
+if [ -n "${PYTHON:-}" ]; then
+  if ! is_supported "$(version_of "$PYTHON")"; then
+    log "error: PYTHON=$PYTHON is $("$PYTHON" --version 2>&1 || echo 'not runnable');" \
+      "inorder needs Python 3.11 to 3.13 (PySpark 4.3 needs 3.11 or newer)"
+    exit 1
+  fi
+elif [ -x "$VENV/bin/python" ] && is_supported "$(version_of "$VENV/bin/python")"; then
+  PYTHON="$VENV/bin/python"
+else
+  PYTHON=$(find_python)
+  if [ -z "$PYTHON" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    log "no Python 3.11 to 3.13 found: installing Debian's python3.11 and python3.11-venv"
+    apt-get update -qq && apt-get install -y -qq python3.11 python3.11-venv >/dev/null || true
+    PYTHON=$(find_python)
+  fi
+  if [ -z "$PYTHON" ]; then
+    if [ -n "${INORDER_PYTHON_VERSION:-}" ]; then
+      log "Python $INORDER_PYTHON_VERSION is not installed on this machine"
+      exit 3
+    fi
+    log "error: inorder needs Python 3.11 to 3.13 and none was found" \
+      "(python3 is $(python3 --version 2>&1 || echo 'missing')); install one or set PYTHON=..."
+    exit 1
+  fi
+fi
+PYTHON_VERSION=$(version_of "$PYTHON")
+if [ -x "$VENV/bin/python" ] && [ "$(version_of "$VENV/bin/python")" != "$PYTHON_VERSION" ]; then
+  log "error: $VENV runs Python $(version_of "$VENV/bin/python"), not $PYTHON_VERSION" \
+    "($PYTHON): remove $VENV or choose another with INORDER_VENV=..."
+  exit 1
+fi
+log "using Python $PYTHON_VERSION ($PYTHON)"
 
 stamp="$VENV/.inorder-installed"
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)

@@ -3,7 +3,9 @@
 # (against a real local broker, S3 server and Spark, all started by the test fixtures).
 # The whole suite takes ~30 minutes on 2 cores (~10 of them without the soak tests marked
 # slow: kill -9 loops, executor/worker loss, sink crash loops). INORDER_TEST_QUICK=1 skips
-# those. Extra arguments go to pytest, e.g. scripts/test.sh tests/unit
+# those. Then the unit suite and one end-to-end run on the oldest and newest supported Python
+# that the whole suite did not use (INORDER_TEST_OTHER_PYTHONS=0 skips them). Extra arguments
+# go to pytest and run that subset only, e.g. scripts/test.sh tests/unit
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -28,4 +30,28 @@ if [ "$code" = "5" ]; then
   echo "error: no test ran" >&2
   exit 1
 fi
-exit "$code"
+[ "$code" = "0" ] || exit "$code"
+[ "$#" = "0" ] || exit 0 # a chosen subset: the other Pythons are not part of it
+
+# The oldest and newest supported Python (whichever the whole suite did not run on): the unit
+# suite and one real-broker, real-Spark end-to-end run, each in its own virtualenv.
+# INORDER_TEST_OTHER_PYTHONS=0 skips this.
+[ "${INORDER_TEST_OTHER_PYTHONS:-1}" = "0" ] && exit 0
+main_version=$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+for version in 3.11 3.13; do
+  [ "$version" = "$main_version" ] && continue
+  other_venv=".venv-py$version"
+  echo "== Python $version: unit suite and one end-to-end run ($other_venv)"
+  set +e
+  INORDER_PYTHON_VERSION=$version INORDER_VENV=$other_venv INORDER_PREPARE=0 bash scripts/setup.sh dev
+  setup_code=$?
+  set -e
+  if [ "$setup_code" = "3" ]; then
+    echo "== Python $version: not installed on this machine: its check is SKIPPED"
+    continue
+  fi
+  [ "$setup_code" = "0" ] || exit "$setup_code"
+  PYSPARK_PYTHON="$PWD/$other_venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/$other_venv/bin/python" \
+    "$other_venv/bin/python" -m pytest -p no:cacheprovider -q tests/unit \
+    "tests/e2e/test_sessions_pipeline.py::test_session_tables_match_truth_with_late_site_and_faults"
+done

@@ -14,7 +14,7 @@ from inorder.kafka.consumer import SOURCE_ARROW_SCHEMA, marker_batch
 from inorder.kafka.lag import lag_from_progress, source_counters, total_lag
 from inorder.kafka.markers import is_marker, marker_mask, parse_marker
 from inorder.kafka.offsets import SourceOffset, parse_partition_offsets
-from inorder.kafka.options import parse_options, redact
+from inorder.kafka.options import parse_options
 from inorder.kafka.planning import (
     LossKind,
     OffsetRange,
@@ -28,6 +28,7 @@ from inorder.kafka.planning import (
     split_ranges,
 )
 from inorder.records import TopicPartition as TP
+from inorder.redaction import redact
 
 A0, A1, A10, A2, B0 = TP("a", 0), TP("a", 1), TP("a", 10), TP("a", 2), TP("b", 0)
 BASE = {"kafka.bootstrap.servers": "h:9092", "subscribe": "a"}

@@ -33,9 +33,14 @@ class Setup:
         self.venv = tmp / "venv"
         (self.venv / "bin").mkdir(parents=True)
         self.calls = tmp / "pip-calls"
-        stub = self.venv / "bin" / "python"
-        stub.write_text(f'#!/bin/sh\necho "$*" >> {self.calls}\n')
-        stub.chmod(0o755)
+        version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        self.python(self.venv / "bin" / "python", version, record=True)
+
+    def python(self, path: Path, version: str, record: bool = False) -> None:
+        """A stub interpreter: answers setup.sh's version question, records pip commands."""
+        log = f'echo "$*" >> {self.calls}' if record else "true"
+        path.write_text(f'#!/bin/sh\ncase "$1" in -c) echo {version} ;; *) {log} ;; esac\n')
+        path.chmod(0o755)
 
     def java(self, version: str) -> None:
         stub = self.bin / "java"
@@ -49,11 +54,11 @@ class Setup:
     def sha(self) -> str:
         return hashlib.sha256((self.root / "pyproject.toml").read_bytes()).hexdigest()
 
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
         env.update(
             PATH=f"{self.bin}{os.pathsep}{env['PATH']}",
-            PYTHON=sys.executable,
+            PYTHON=python,
             INORDER_VENV=str(self.venv),
         )
         return subprocess.run(
@@ -120,3 +125,24 @@ def test_a_stamp_of_the_previous_setup_counts_as_dev(tmp_path: Path) -> None:
         done = setup.run(wanted)
         assert done.returncode == 0 and "up to date" in done.stderr, done.stderr
     assert setup.installs() == []
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.14", "2.7"])
+def test_an_unsupported_python_is_refused_with_the_reason(tmp_path: Path, version: str) -> None:
+    setup = Setup(tmp_path)
+    other = tmp_path / "bin" / f"python{version}"
+    setup.python(other, version)
+    done = setup.run("demo", python=str(other))
+    assert done.returncode == 1
+    assert "inorder needs Python 3.11 to 3.13 (PySpark 4.3 needs 3.11 or newer)" in done.stderr
+    assert setup.installs() == []
+
+
+def test_a_venv_of_another_python_is_named_not_reused(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    other = tmp_path / "bin" / "python3.12"
+    mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    setup.python(other, "3.12" if mine != "3.12" else "3.13")
+    done = setup.run("demo", python=str(other))
+    assert done.returncode == 1
+    assert f"runs Python {mine}, not" in done.stderr and "remove" in done.stderr

@@ -9,7 +9,8 @@ from datetime import timedelta
 from typing import Any
 
 from inorder.errors import ConfigError
-from inorder.kafka.options import parse_options, redact
+from inorder.kafka.options import parse_options
+from inorder.redaction import redact
 
 
 def _millis(value: str | timedelta | float | int) -> str:

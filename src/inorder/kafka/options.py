@@ -17,6 +17,7 @@ from inorder.durations import parse_duration
 from inorder.errors import ConfigError
 from inorder.kafka.offsets import EARLIEST, LATEST, parse_assign, parse_partition_offsets
 from inorder.records import TopicPartition
+from inorder.redaction import redact
 
 #: Canonical option names (as documented), keyed by their lowercase form.
 OPTION_NAMES = {
@@ -65,9 +66,6 @@ _UNSUPPORTED = {
 }
 #: Spark connector options that cannot work here: lowercase name -> (name, reason).
 UNSUPPORTED = {name.lower(): (name, reason) for name, reason in _UNSUPPORTED.items()}
-
-#: librdkafka settings whose values must never be shown (logs, errors, progress).
-_SECRET = re.compile(r"(password|secret|jaas|token|key\.pem|\.key$|credential)", re.IGNORECASE)
 
 DEFAULT_DISCOVERY_INTERVAL = timedelta(seconds=30)
 DEFAULT_POLL_TIMEOUT_MS = 120_000
@@ -139,11 +137,6 @@ class SourceOptions:
             f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "kafka"
         )
         return f"SourceOptions({shown}, kafka={self.redacted_kafka()!r})"
-
-
-def redact(conf: Mapping[str, str]) -> dict[str, str]:
-    """A copy of a librdkafka configuration with secret values replaced by ``***``."""
-    return {k: ("***" if _SECRET.search(k) else v) for k, v in conf.items()}
 
 
 def _bool(name: str, value: str) -> bool:

@@ -28,43 +28,13 @@ from typing import Any
 import pyarrow as pa
 
 from inorder.errors import ConfigError
+from inorder.redaction import MASK, mask_secrets
 from inorder.sinks.evolution import schema_change
 
 #: Field of the checkpoint info file holding the identity.
 IDENTITY_FIELD = "pipeline"
 #: Field of the checkpoint info file holding the recorded settings.
 SETTINGS_FIELD = "settings"
-#: What a masked secret is recorded as.
-MASK = "***"
-_SECRET_WORDS = (
-    "password",
-    "secret",
-    "token",
-    "credential",
-    "access_key",
-    "accesskey",
-    "api_key",
-    "apikey",
-    "private",
-    "sasl.jaas",
-)
-
-
-def is_secret_name(name: str) -> bool:
-    """Whether a setting's name says it holds a secret (its value is never recorded)."""
-    lowered = name.lower()
-    return any(word in lowered for word in _SECRET_WORDS)
-
-
-def mask_secrets(value: Any, name: str = "") -> Any:
-    """``value`` with every secret-named entry (at any depth) replaced by :data:`MASK`."""
-    if name and is_secret_name(name):
-        return MASK
-    if isinstance(value, Mapping):
-        return {str(k): mask_secrets(v, str(k)) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [mask_secrets(v) for v in value]
-    return value
 
 
 def _unwrap_sink(sink: Any) -> Any:
