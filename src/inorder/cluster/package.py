@@ -13,8 +13,8 @@ Steps (:func:`build_environment`):
 
 Executors unpack the archive into their work directory (``--archives ...#env``) and run
 ``./env/bin/python``. The archive is relocatable to any path, but the machines must have
-the same Python version at ``python_prefix`` (venv-pack links, it does not copy, the interpreter), the
-same OS/CPU architecture and a compatible glibc (the wheels carry native code).
+the same Python version at ``python_prefix`` (venv-pack links, it does not copy, the
+interpreter), the same OS/CPU architecture and a compatible glibc (the wheels carry native code).
 """
 
 from __future__ import annotations
