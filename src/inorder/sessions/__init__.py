@@ -1,7 +1,10 @@
 """Snapshot/update session tables: the processor, its codec, change-log rebuild, full tables."""
 
+from inorder.sessions.debezium import Debezium
+from inorder.sessions.envelopes import FieldMapping
 from inorder.sessions.materializer import read_materialized
 from inorder.sessions.messages import (
+    Change,
     Delete,
     End,
     Insert,
@@ -14,8 +17,11 @@ from inorder.sessions.processor import SessionChange, SessionState, SessionTable
 from inorder.sessions.rebuild import rebuild_tables, rebuild_tables_duckdb
 
 __all__ = [
+    "Change",
+    "Debezium",
     "Delete",
     "End",
+    "FieldMapping",
     "Insert",
     "SessionChange",
     "SessionCodec",

@@ -78,6 +78,32 @@ class End(msgspec.Struct, tag_field="type", tag="end", gc=False):
 #: Any session message.
 SessionMessage: TypeAlias = Snapshot | Insert | Update | Delete | End
 
+#: Operations of a :class:`Change` (see its docstring).
+CHANGE_OPS = frozenset({"snapshot", "insert", "update", "delete", "end", "read", "upsert", "skip"})
+
+
+class Change(msgspec.Struct, gc=False):
+    """A session operation decoded from an input envelope other than the JSON contract.
+
+    ``op`` is one of :data:`CHANGE_OPS`: the contract's five operations, plus ``read`` (one row
+    of a snapshot delivered row by row: the first of a run starts the snapshot, the others add
+    to it; ``snapshot_last`` ends the run), ``upsert`` (a row that replaces or adds, as an
+    incremental snapshot reads it) and ``skip`` (a record the envelope ignores by contract, e.g.
+    a tombstone after a delete). ``seq`` is None when the envelope has no producer sequence;
+    ``position`` is the source's order key where it has one (it must not go back).
+    """
+
+    op: str
+    session: str
+    seq: int | None = None
+    row: Row | None = None
+    rows: list[Row] | None = None
+    row_id: str | int | None = None
+    ts: float | None = None
+    position: tuple[int | str, ...] | None = None
+    snapshot_last: bool = False
+
+
 _delete_types: dict[str, type[Delete]] = {}
 _delete_lock = threading.Lock()
 

@@ -21,22 +21,23 @@ column of two equal rows is byte-identical whatever key order the producer used.
 
 from __future__ import annotations
 
-import importlib
 import operator
-import threading
-import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
+from inorder.codecs.base import Codec
 from inorder.durations import parse_duration
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.processor import Context, Processor, Violation
+from inorder.sessions.envelope_apply import STARTING_OPS, settle, translate
+from inorder.sessions.envelopes import Envelope, envelope_from_options
 from inorder.sessions.messages import (
     DEFAULT_ROW_KEY,
+    Change,
     Delete,
     End,
     Insert,
@@ -46,6 +47,11 @@ from inorder.sessions.messages import (
     Snapshot,
     Update,
     row_id_of,
+)
+from inorder.sessions.typed_rows import (
+    import_reference,
+    row_fields,
+    typed_change_type,
 )
 
 #: Change-row operations (the ``op`` column).
@@ -76,96 +82,16 @@ class SessionChange(msgspec.Struct, gc=False):
     row: str | None = None
 
 
-#: Columns of a change row in front of the row data (both modes).
-CHANGE_COLUMNS = ("kafka_ts", "session", "seq", "op", "row_id")
-_FORBIDDEN_ROW_FIELDS = frozenset(CHANGE_COLUMNS) | {"topic", "partition", "offset", "batch_id"}
-
-_typed_lock = threading.Lock()
-_typed_types: dict[str, type[Any]] = {}
-_TYPED_PREFIX = "_SessionChange_"
+#: An envelope's message type, typed loosely: the contract's messages never are one.
+_CHANGE: type[Any] = Change
 
 
-def _import_reference(ref: str) -> Any:
-    module_name, sep, attribute = ref.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ConfigError(f"row_type: expected 'module:Class', got {ref!r}")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"row_type: cannot import module {module_name!r}: {exc}") from None
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise ConfigError(f"row_type: module {module_name!r} has no {attribute!r}") from None
-    return target
+class EnvelopeState(SessionState):
+    """:class:`SessionState` with an envelope: a snapshot read row by row in progress and the
+    source's last position (the contract's state stays without them)."""
 
-
-def row_fields(row_type: type[Any]) -> list[tuple[str, str, Any]]:
-    """``(attribute, JSON name, annotation)`` of each field of a typed row.
-
-    Raises :class:`ConfigError` unless ``row_type`` is a dataclass, ``msgspec.Struct`` or
-    ``NamedTuple`` whose field names do not clash with the change columns.
-    """
-    try:
-        info = msgspec.inspect.type_info(row_type)
-    except Exception as exc:
-        raise ConfigError(f"row_type {row_type!r}: not a usable record type: {exc}") from None
-    if not isinstance(
-        info,
-        msgspec.inspect.DataclassType | msgspec.inspect.StructType | msgspec.inspect.NamedTupleType,
-    ):
-        raise ConfigError(
-            f"row_type {row_type!r}: must be a dataclass, msgspec.Struct or NamedTuple"
-        )
-    hints = typing.get_type_hints(row_type, include_extras=True)
-    fields = []
-    for f in info.fields:
-        if f.name in _FORBIDDEN_ROW_FIELDS:
-            raise ConfigError(
-                f"row_type {row_type.__qualname__}: field {f.name!r} clashes with a change-log "
-                f"column ({', '.join(sorted(_FORBIDDEN_ROW_FIELDS))})"
-            )
-        fields.append((f.name, f.encode_name, hints[f.name]))
-    return fields
-
-
-def typed_change_type(row_type: type[Any]) -> type[Any]:
-    """The change-row type for typed rows: the change columns, then one nullable column per
-    row field (instead of the JSON ``row`` column). Cached; pickles by reference."""
-    ref = f"{row_type.__module__}:{row_type.__qualname__}"
-    with _typed_lock:
-        found = _typed_types.get(ref)
-        if found is not None:
-            return found
-    columns: list[tuple[str, Any] | tuple[str, Any, Any]] = [
-        ("kafka_ts", datetime | None),
-        ("session", str),
-        ("seq", int),
-        ("op", str),
-        ("row_id", str | None, None),
-    ]
-    columns += [(name, tp | None, None) for name, _, tp in row_fields(row_type)]
-    built = msgspec.defstruct(
-        f"SessionChange{row_type.__name__}", columns, module=__name__, gc=False
-    )
-    # A reachable qualified name (see ``__getattr__`` below) lets rows and processors pickle
-    # by reference in any process that can import the row type.
-    built.__qualname__ = _TYPED_PREFIX + ref.encode("utf-8").hex()
-    built.__doc__ = f"Change rows of session tables with {row_type.__qualname__} rows."
-    with _typed_lock:
-        return _typed_types.setdefault(ref, built)
-
-
-def __getattr__(name: str) -> Any:
-    if name.startswith(_TYPED_PREFIX):
-        try:
-            ref = bytes.fromhex(name[len(_TYPED_PREFIX) :]).decode("utf-8")
-        except ValueError:
-            pass
-        else:
-            return typed_change_type(_import_reference(ref))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    reading: bool = False
+    position: list[int | str] | None = None
 
 
 class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
@@ -180,6 +106,9 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
       for the rows; the output then has one column per field instead of the JSON ``row``
       column, and a row that does not fit breaks the ``row_schema`` rule. Unknown fields do
       not fit (they would be dropped silently otherwise).
+    * ``envelope``: the input's shape when it is not the JSON contract: a
+      :class:`~inorder.sessions.envelopes.FieldMapping`, a
+      :class:`~inorder.sessions.debezium.Debezium`, or their TOML table (docs/envelopes.md).
 
     Output: :class:`SessionChange` rows, or with ``row_type`` the type in :attr:`out_type`.
     Default codec :class:`SessionCodec`; default integrity strict with ``restart_session``.
@@ -190,6 +119,7 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         row_key: str = DEFAULT_ROW_KEY,
         inactivity_timeout: timedelta | str | None = None,
         row_type: type[Any] | str | None = None,
+        envelope: Envelope | Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(row_key, str) or not row_key:
             raise ConfigError("row_key: must be a non-empty string")
@@ -198,8 +128,11 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         if inactivity_timeout is not None and inactivity_timeout <= timedelta(0):
             raise ConfigError("inactivity_timeout: must be positive")
         resolved: type[Any] | None = (
-            _import_reference(row_type) if isinstance(row_type, str) else row_type
+            import_reference(row_type) if isinstance(row_type, str) else row_type
         )
+        if isinstance(envelope, Mapping):
+            envelope = envelope_from_options(envelope)
+        self.envelope: Envelope | None = envelope
         self.row_key = row_key
         self.inactivity_timeout = inactivity_timeout
         self.row_type: type[Any] | None = resolved
@@ -207,6 +140,9 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         self.out_type: type[Any] = SessionChange
         self.msg_type: Any = SessionMessage
         self.state_type: type[SessionState] = SessionState
+        if envelope is not None:
+            self.msg_type = Change
+            self.state_type = EnvelopeState
         self._json = msgspec.json.Encoder(order="deterministic")
         self._encode = self._json.encode
         self._allowed: frozenset[str] = frozenset()
@@ -227,12 +163,14 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
                 )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.row_key, self.inactivity_timeout, self.row_type))
+        args = (self.row_key, self.inactivity_timeout, self.row_type, self.envelope)
+        return (type(self), args)
 
     def __repr__(self) -> str:
         return (
             f"SessionTables(row_key={self.row_key!r}, "
-            f"inactivity_timeout={self.inactivity_timeout!r}, row_type={self.row_type!r})"
+            f"inactivity_timeout={self.inactivity_timeout!r}, row_type={self.row_type!r}, "
+            f"envelope={self.envelope!r})"
         )
 
     # -- defaults the pipeline asks for ------------------------------------------------------
@@ -242,8 +180,10 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         """Strict order; a violation resets the session until its next snapshot."""
         return Integrity.strict(on_violation="restart_session")
 
-    def default_codec(self) -> SessionCodec:
-        """The JSON codec for this processor's row key."""
+    def default_codec(self) -> Codec[Any]:
+        """The codec of this processor's envelope (the JSON contract's by default)."""
+        if self.envelope is not None:
+            return self.envelope.codec(self.row_key)
         return SessionCodec(self.row_key)
 
     # -- Processor hooks ---------------------------------------------------------------------
@@ -254,10 +194,12 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
 
     def initial_state(self, key: str) -> SessionState:
         """An unstarted session (its first message must be a snapshot)."""
-        return SessionState()
+        return self.state_type()
 
     def record_key(self, kafka_key: bytes | None) -> str | None:
         """The Kafka key is the session id: an undecodable record resets that session."""
+        if self.envelope is not None:
+            return self.envelope.record_session(kafka_key)
         if kafka_key is None:
             return None
         try:
@@ -267,7 +209,8 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
 
     def starts_session(self, msg: SessionMessage) -> bool:
         """A snapshot starts (or restarts) a session."""
-        return type(msg) is Snapshot
+        kind = type(msg)
+        return kind is Snapshot or (kind is _CHANGE and msg.op in STARTING_OPS)  # type: ignore[union-attr]
 
     def on_reset(self, key: str, violation: Violation, ctx: Context) -> Iterable[SessionChange]:
         """One ``reset`` row (``seq`` = -1) at the offending record; the table is emptied."""
@@ -333,6 +276,8 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
             out: list[SessionChange] = [SessionChange(ts, session, seq, "clear")]
             out += [SessionChange(ts, session, seq, "insert", r, t) for r, t in new_rows.items()]
             return out
+        if kind is _CHANGE:
+            return self._process_change(state, msg, ctx)  # type: ignore[arg-type]
         if not state.started or msg.seq != state.seq + 1:
             raise self._sequence_violation(state, msg)
         if kind is End:
@@ -348,6 +293,19 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
                 ctx.set_timeout(self.inactivity_timeout)
             return [SessionChange(ctx.timestamp, msg.session, msg.seq, "delete", rid)]
         raise TypeError(f"not a session message: {msg!r}")
+
+    def _process_change(self, state: SessionState, change: Change, ctx: Context) -> list[Any]:
+        """An envelope's operation, as the contract messages it stands for."""
+        envelope = self.envelope
+        require = envelope.require_snapshot if envelope is not None else True
+        messages = translate(state, change, self.row_key, require)  # type: ignore[arg-type]
+        if not messages and not state.started:
+            ctx.reset_session()  # a skipped record must not leave an empty session behind
+        out: list[Any] = []
+        for msg in messages:
+            out += self.process(state, msg, ctx)
+        settle(state, change)  # type: ignore[arg-type]
+        return out
 
     def _sequence_violation(self, state: SessionState, msg: SessionMessage) -> Violation:
         """The rule a non-snapshot message breaks by its place in the session."""
@@ -412,6 +370,8 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
 
     def _process_typed(self, state: SessionState, msg: SessionMessage, ctx: Context) -> list[Any]:
         kind = type(msg)
+        if kind is _CHANGE:
+            return self._process_change(state, msg, ctx)  # type: ignore[arg-type]
         if kind is not Snapshot and (not state.started or msg.seq != state.seq + 1):
             raise self._sequence_violation(state, msg)
         out = self._apply_typed(state, msg, ctx)

@@ -1,0 +1,132 @@
+"""How an envelope's :class:`~inorder.sessions.messages.Change` becomes contract messages.
+
+:class:`~inorder.sessions.processor.SessionTables` applies only the contract's messages
+(snapshot, insert, update, delete, end) and checks its rules on them. An envelope without a
+producer sequence, without a whole-table snapshot message, or with sessions that may begin
+without any snapshot is translated here, with the session's state at hand:
+
+* a missing ``seq`` becomes the session's next one (so the change log's ``seq`` still counts
+  messages from the snapshot; a gap in the input cannot be seen, see docs/envelopes.md);
+* a run of ``read`` rows becomes one snapshot: the first row starts it (the table is cleared),
+  the next rows are inserts, until ``snapshot_last`` or any other operation ends the run;
+* ``upsert`` becomes an update of an existing row, an insert otherwise;
+* with ``require_snapshot=False`` a session's first message starts it with an empty table
+  (a ``clear`` change row first, so a rebuilt table never keeps rows of an earlier session);
+* ``position`` (the source's own order, e.g. a binlog file and position) must not go back:
+  otherwise the ``source_order`` rule is broken.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from inorder.processor import Violation
+from inorder.sessions.messages import (
+    Change,
+    Delete,
+    End,
+    Insert,
+    SessionMessage,
+    Snapshot,
+    Update,
+    row_id_of,
+)
+
+if TYPE_CHECKING:
+    from inorder.sessions.processor import EnvelopeState
+
+#: Operations after which the session's table is whole again (a violation may restart on them).
+STARTING_OPS = frozenset({"snapshot", "read"})
+
+
+def translate(
+    state: EnvelopeState, change: Change, row_key: str, require_snapshot: bool
+) -> list[SessionMessage]:
+    """The contract messages, in order, that apply ``change`` to a session in ``state``.
+
+    Raises :class:`Violation` (``source_order``) when ``change.position`` goes back.
+    """
+    op = change.op
+    if op == "skip":
+        return []
+    position = change.position
+    if position is not None:
+        _check_position(state, change, position)
+    session = change.session
+    started = state.started
+    if op == "snapshot":
+        return [Snapshot(session, _seq(change, 0), change.rows or [], change.ts)]
+    if op == "read":
+        if started and state.reading:
+            return [Insert(session, _seq(change, state.seq + 1), _row(change), change.ts)]
+        return [Snapshot(session, _seq(change, 0), [_row(change)], change.ts)]
+    out: list[SessionMessage] = []
+    nxt = state.seq + 1
+    if not started and not require_snapshot:
+        seq = change.seq
+        out.append(Snapshot(session, 0 if seq is None else seq - 1, [], change.ts))
+        nxt = 1
+    seq = _seq(change, nxt)
+    if op == "upsert":
+        row = _row(change)
+        rid = row_id_of(row, row_key)
+        exists = started and rid is not None and rid in state.rows
+        out.append((Update if exists else Insert)(session, seq, row, change.ts))
+    elif op == "insert":
+        out.append(Insert(session, seq, _row(change), change.ts))
+    elif op == "update":
+        out.append(Update(session, seq, _row(change), change.ts))
+    elif op == "delete":
+        out.append(Delete(session, seq, _delete_id(change), change.ts))
+    elif op == "end":
+        out.append(End(session, seq, change.ts))
+    else:
+        raise TypeError(f"not a session operation: {op!r}")
+    return out
+
+
+def settle(state: EnvelopeState, change: Change) -> None:
+    """Record what ``change`` leaves behind once applied: a snapshot run, the last position."""
+    if change.op == "skip":
+        return
+    state.reading = change.op == "read" and not change.snapshot_last and state.started
+    if change.position is not None:
+        state.position = list(change.position)
+
+
+def _check_position(state: EnvelopeState, change: Change, position: tuple[Any, ...]) -> None:
+    last = state.position
+    if last is None:
+        return
+    try:
+        back = list(position) < last
+    except TypeError:  # positions of another shape (a source changed): nothing to compare
+        return
+    if back:
+        raise Violation(
+            "source_order",
+            f"session {change.session!r}: {change.op} at source position "
+            f"{list(position)} after {last}",
+        )
+
+
+def _seq(change: Change, default: int) -> int:
+    seq = change.seq
+    return default if seq is None else seq
+
+
+def _row(change: Change) -> dict[str, Any]:
+    row = change.row
+    if row is None:  # the envelope codecs never build one; a foreign codec might
+        raise Violation("row_schema", f"session {change.session!r}: {change.op} without a row")
+    return row
+
+
+def _delete_id(change: Change) -> str | int:
+    rid = change.row_id
+    if rid is None:
+        raise Violation("row_schema", f"session {change.session!r}: delete does not name its row")
+    return rid
+
+
+__all__ = ["STARTING_OPS", "settle", "translate"]
