@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "replay",
     "repair",
     "inspect",
+    "ui",
     "compact",
     "cluster",
     "package",

@@ -43,6 +43,8 @@ _SECRET_WORDS = (
 def is_secret_name(name: str) -> bool:
     """Whether a setting named ``name`` holds a secret (its value is never shown)."""
     normal = name.lower().replace("-", "_").replace(".", "_")
+    if normal.endswith("_env"):  # names the environment variable that holds the secret
+        return False
     return any(word in normal for word in _SECRET_WORDS)
 
 

@@ -8,7 +8,9 @@ from typing import Any
 
 from inorder.commands.common import add_pipeline_command
 from inorder.commands.overrides import add_set_option, parse_overrides
+from inorder.commands.ui import add_ui_options, start_ui
 from inorder.errors import ConfigError
+from inorder.redaction import is_secret_name
 
 EXAMPLES = """examples:
   inorder run examples/sessions.toml
@@ -16,6 +18,7 @@ EXAMPLES = """examples:
   inorder run examples/sessions.toml --print-config
   inorder run examples/sessions.toml --set sink.path=s3://bucket/out --set spark.master=local[2]
   inorder run examples.typed_processor:pipeline
+  inorder run examples/sessions.toml --ui           with the live status page on :8765
 """
 
 
@@ -52,6 +55,12 @@ def register(subparsers: Any) -> None:
         help="stop cleanly after N micro-batches (testing, canaries)",
     )
     parser.add_argument(
+        "--ui",
+        action="store_true",
+        help="serve the live status page while the pipeline runs (see `inorder ui`)",
+    )
+    add_ui_options(parser, prefix="ui-")
+    parser.add_argument(
         "--accept-changes",
         action="store_true",
         help="accept a changed pipeline name, processor, subscription or output for this "
@@ -87,7 +96,7 @@ def handle(args: argparse.Namespace) -> int:
             section, _, key = dotted.partition(".")
             config.setdefault(section, {})[key] = value
         config = validate(config, origin=args.pipeline)
-        print(dump_toml(config))
+        print(printable_toml(config), end="")
         return 0
     from inorder.pipeline.identity import RecordedSettings
 
@@ -116,16 +125,31 @@ def handle(args: argparse.Namespace) -> int:
                     raise ConfigError(f"--set {dotted} needs a TOML pipeline file")
                 setattr(pipeline, attribute, value)
         settings = RecordedSettings.of(args.pipeline, overrides)
-    pipeline.run(
-        stop_after_batches=args.stop_after_batches,
-        settings=settings,
-        accept_changes=args.accept_changes,
-    )
+    from inorder.ui.history import BatchHistory
+
+    # Each batch's progress line is kept beside the checkpoint: the status page shows where
+    # the time went and what was written even after the run stopped.
+    history = BatchHistory(str(pipeline.checkpoint))
+    pipeline.observers = [*pipeline.observers, history]
+    server = None
+    if args.ui:
+        from inorder.ops.target import OpsTarget
+
+        server = start_ui(args.pipeline, OpsTarget(pipeline), args, "ui-", history)
+    try:
+        pipeline.run(
+            stop_after_batches=args.stop_after_batches,
+            settings=settings,
+            accept_changes=args.accept_changes,
+        )
+    finally:
+        if server is not None:
+            server.stop()
     return 0
 
 
 def dump_toml(config: dict[str, dict[str, Any]]) -> str:
-    """Write a resolved configuration as TOML (the subset of types settings use)."""
+    """Write a resolved configuration as TOML (the subset of types settings use), as is."""
     lines: list[str] = []
     for section, values in config.items():
         lines.append(f"[{section}]")
@@ -133,6 +157,36 @@ def dump_toml(config: dict[str, dict[str, Any]]) -> str:
             lines.append(f"{key} = {_toml_value(value)}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def printable_toml(config: dict[str, dict[str, Any]]) -> str:
+    """The configuration as TOML that runs as is, with every secret left out and named.
+
+    A masked value would not run, so secret entries (by :func:`~inorder.redaction.is_secret_name`)
+    are omitted instead: object-store credentials then come from the usual environment
+    variables; a comment at the top names each omitted setting.
+    """
+    omitted: list[str] = []
+    kept = {
+        section: _without_secrets(values, section, omitted) for section, values in config.items()
+    }
+    header = [f"# omitted (secret): {name}" for name in omitted]
+    if omitted:
+        header.append("# supply them from the environment or your secret store to run this file")
+    return "\n".join([*header, dump_toml(kept)]) if header else dump_toml(kept)
+
+
+def _without_secrets(values: dict[str, Any], path: str, omitted: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{path}.{key}"
+        if is_secret_name(str(key)) and value not in ("", None, {}, []):
+            omitted.append(name)
+        elif isinstance(value, dict):
+            out[key] = _without_secrets(value, name, omitted)
+        else:
+            out[key] = value
+    return out
 
 
 def _toml_value(value: Any) -> str:
@@ -145,11 +199,6 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        secret = ("password", "secret", "token", "key")
-        items = (
-            f"{json.dumps(str(k))} = "
-            f"{json.dumps('***') if any(s in str(k).lower() for s in secret) else _toml_value(v)}"
-            for k, v in value.items()
-        )
+        items = (f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items())
         return "{ " + ", ".join(items) + " }"
     return json.dumps(str(value))

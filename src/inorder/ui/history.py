@@ -1,0 +1,101 @@
+"""Batch history: each finished batch's progress line, kept beside a local checkpoint.
+
+Spark's logs and the engine's batch records say which offsets a batch covered and when, but
+not where its time went, how many rows and files it wrote or which integrity rules fired.
+:class:`BatchHistory` is a :class:`~inorder.pipeline.observer.RunObserver` that appends the
+progress line of every batch (the same JSON ``--progress json`` prints, plus the lag per
+partition) to ``<checkpoint>/inorder-batches.jsonl``. The file is bounded: past
+:data:`MAX_BYTES` it becomes ``inorder-batches.jsonl.1`` (the previous one is dropped), so
+a stream running for months keeps its recent history and never fills the disk.
+
+Object-store checkpoints keep the history in memory only (appending to an object means
+rewriting it); the status page of the same process still shows it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import asdict
+from typing import Any
+
+from inorder.pipeline.checkpoint_layout import CheckpointLayout
+from inorder.pipeline.progress import BatchProgress
+
+#: The history file, under the checkpoint root.
+HISTORY_FILE = "inorder-batches.jsonl"
+#: Size at which the history file is rotated (one older file is kept).
+MAX_BYTES = 8 * 1024 * 1024
+#: Batches kept in memory (for object-store checkpoints and the same-process page).
+MEMORY_BATCHES = 1000
+
+
+class BatchHistory:
+    """Records each batch's progress line (a run observer; never fails the run)."""
+
+    def __init__(self, checkpoint: str, max_bytes: int = MAX_BYTES) -> None:
+        self._path = history_path(checkpoint)
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self.recent: deque[dict[str, Any]] = deque(maxlen=MEMORY_BATCHES)
+        """The newest lines, oldest first."""
+
+    def on_start(self) -> None:
+        """Nothing to do at start."""
+
+    def on_batch(self, progress: BatchProgress, lag_by_partition: dict[str, int] | None) -> None:
+        """Append the batch's line (and rotate the file when it grew past the bound)."""
+        line = {**asdict(progress), "lag_by_partition": lag_by_partition, "time": time.time()}
+        with self._lock:
+            self.recent.append(line)
+            if self._path is None:
+                return
+            data = json.dumps(line, sort_keys=True) + "\n"
+            try:
+                if os.path.getsize(self._path) + len(data) > self._max_bytes:
+                    os.replace(self._path, self._path + ".1")
+            except FileNotFoundError:
+                pass
+            with open(self._path, "a", encoding="utf-8") as handle:
+                handle.write(data)
+
+    def on_failure(self, error: BaseException) -> None:
+        """Nothing to record: the failure is in the run log."""
+
+    def on_stop(self) -> None:
+        """Nothing to release."""
+
+
+def history_path(checkpoint: str) -> str | None:
+    """The history file of a local checkpoint (``None`` on an object store)."""
+    local = CheckpointLayout.of(checkpoint).local_root
+    return None if local is None else os.path.join(local, HISTORY_FILE)
+
+
+def _lines(path: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for text in handle:
+                try:
+                    doc = json.loads(text)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a crash: the others still count
+                if isinstance(doc, dict) and isinstance(doc.get("batch_id"), int):
+                    out.append(doc)
+    except OSError:
+        return []
+    return out
+
+
+def read_history(checkpoint: str, recent: list[dict[str, Any]] | None = None) -> dict[int, Any]:
+    """The recorded lines by batch id (the file's, then ``recent`` ones from memory).
+
+    A batch recorded twice (a re-run after a crash) keeps its newest line.
+    """
+    path = history_path(checkpoint)
+    lines = [] if path is None else _lines(path + ".1") + _lines(path)
+    return {int(doc["batch_id"]): doc for doc in [*lines, *(recent or [])]}

@@ -1,0 +1,160 @@
+"""The status page's pure parts: partition and batch rows, integrity events with their replay
+commands, the batch history file and its bound, and escaping in the rendered page."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from inorder.ops.batchlog import BatchEntry, BatchLog
+from inorder.ops.inspect import PartitionStateInfo, batches
+from inorder.pipeline.progress import BatchProgress
+from inorder.records import TopicPartition
+from inorder.ui.history import HISTORY_FILE, BatchHistory, read_history
+from inorder.ui.page import render_live
+from inorder.ui.rows import (
+    batch_rows,
+    events_by_partition,
+    integrity_events,
+    parse_tp,
+    partition_rows,
+    replay_command,
+)
+
+A0, A1 = TopicPartition("site-a", 0), TopicPartition("site-a", 1)
+
+
+def _log() -> BatchLog:
+    """Three committed batches 10 s apart, each taking 2 s; A1 reads nothing in batch 2."""
+    return BatchLog(
+        [
+            BatchEntry(0, {A0: 100, A1: 50}, True, 1000.0, 1002.0, None, {A0: 0, A1: 0}),
+            BatchEntry(1, {A0: 300, A1: 90}, True, 1010.0, 1012.0, None),
+            BatchEntry(2, {A0: 400, A1: 90}, True, 1020.0, 1022.0, None),
+            BatchEntry(3, {A0: 450, A1: 95}, False, 1030.0, None, None),
+        ]
+    )
+
+
+def test_parse_tp_and_replay_command() -> None:
+    assert parse_tp("site-a[3]") == TopicPartition("site-a", 3)
+    assert parse_tp("odd[name[12]") == TopicPartition("odd[name", 12)
+    assert parse_tp("site-a") is None and parse_tp("site-a[x]") is None
+    command = replay_command("my pipeline.toml", A0, 5, 9, on_violation=True)
+    assert shlex.split(command) == [
+        "inorder", "replay", "my pipeline.toml", "--topic", "site-a", "--partition", "0",
+        "--from-offset", "5", "--to-offset", "9", "--break-on-violation",
+    ]  # fmt: skip
+
+
+def test_partition_rows() -> None:
+    log = _log()
+    state = [PartitionStateInfo("site-a", 0, 2, 7, 1, 700, 900)]
+    rows = partition_rows(log, batches(log), {A0: 460, A1: 90}, None, state, {A1: 3})
+    a0, a1 = rows
+    assert (a0.committed, a0.end_offset, a0.lag) == (400, 460, 60)
+    # 400 records from batch 0's planning (1000) to batch 2's commit (1022).
+    assert a0.records_per_second == round(400 / 22, 1)
+    assert a0.last_batch_at == "1970-01-01T00:17:02+00:00"
+    assert (a0.state_keys, a0.state_bytes, a0.events) == (7, 700, 0)
+    # A1's last batch with records was batch 1; the broker's end is below the committed
+    # offset (records deleted): the lag is 0, never negative.
+    assert a1.last_batch_at == "1970-01-01T00:16:52+00:00" and a1.lag == 0
+    assert (a1.state_keys, a1.events) == (None, 3)
+    # Without the broker, the lag Spark saw is shown.
+    rows = partition_rows(log, batches(log), None, {"site-a[0]": 12}, [], {})
+    assert [(r.end_offset, r.lag) for r in rows] == [(None, 12), (None, None)]
+
+
+def test_batch_rows_join_history_and_output() -> None:
+    infos = batches(_log())
+    history = {1: {"output_rows": 9, "output_files": 2, "seconds": {"apply": 0.5}}}
+    # Output batch ids are shifted by 100 (a repaired checkpoint).
+    rows = batch_rows(infos, history, {100: (40, 1), 102: (7, 3)}, 100)
+    assert [(r.batch_id, r.output_batch_id) for r in rows] == [
+        (0, 100),
+        (1, 101),
+        (2, 102),
+        (3, 103),
+    ]
+    assert [(r.output_rows, r.output_files) for r in rows] == [
+        (40, 1),
+        (9, 2),
+        (7, 3),
+        (None, None),
+    ]
+    assert rows[1].seconds == {"apply": 0.5} and rows[0].records == 150
+    assert [r.committed for r in rows] == [True, True, True, False]
+
+
+def test_integrity_events_name_the_batch_range_and_replay() -> None:
+    infos = batches(_log())
+    history = {
+        1: {"violations_by_partition": {"site-a[0]": {"seq_gap": 2, "undecodable": 1}}},
+        2: {"violations_by_partition": {"site-a[1]": {"seq_gap": 1}, "bad name": {"x": 1}}},
+    }
+    events = integrity_events("p.toml", infos, history)
+    assert [(e.batch_id, e.topic, e.partition, e.rule, e.count) for e in events] == [
+        (2, "site-a", 1, "seq_gap", 1),
+        (1, "site-a", 0, "seq_gap", 2),
+        (1, "site-a", 0, "undecodable", 1),
+    ]
+    # Batch 2 read nothing from A1 (an event such as a timeout): the replay starts where
+    # the partition stood.
+    assert (events[0].first_offset, events[0].last_offset) == (90, None)
+    assert events[0].replay.endswith("--from-offset 90 --break-on-violation")
+    assert (events[1].first_offset, events[1].last_offset) == (100, 299)
+    assert "--from-offset 100 --to-offset 299 --break-on-violation" in events[1].replay
+    assert events_by_partition(events) == {A1: 1, A0: 3}
+
+
+def _progress(batch_id: int) -> BatchProgress:
+    return BatchProgress(batch_id, 10, 5.0, 2.0, 0, 3, 10, 1, {"seq_gap": 1})
+
+
+def test_history_file_is_kept_and_bounded(tmp_path: Path) -> None:
+    history = BatchHistory(str(tmp_path), max_bytes=2000)
+    for batch_id in range(20):
+        history.on_batch(_progress(batch_id), {"site-a[0]": batch_id})
+    path = tmp_path / HISTORY_FILE
+    assert path.stat().st_size <= 2000
+    assert (tmp_path / (HISTORY_FILE + ".1")).stat().st_size <= 2000
+    found = read_history(str(tmp_path))
+    assert max(found) == 19 and len(found) < 20  # the oldest lines were dropped
+    assert found[19]["lag_by_partition"] == {"site-a[0]": 19}
+    assert found[19]["seconds"] == {} and found[19]["violations"] == {"seq_gap": 1}
+    # A line cut short by a crash is skipped; a batch recorded again keeps its newest line.
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write('{"batch_id": 19, "records": 99}\n{"batch_id": 20, "rec')
+    assert read_history(str(tmp_path))[19]["records"] == 99
+    assert 20 not in read_history(str(tmp_path))
+    assert json.loads(path.read_text().splitlines()[0])["batch_id"] > 0
+    # In memory too (an object-store checkpoint keeps no file).
+    assert [line["batch_id"] for line in history.recent][-1] == 19
+
+
+def test_rendered_values_are_escaped() -> None:
+    evil = "<script>alert(1)</script>"
+    doc = {
+        "checkpoint": evil,
+        "broker": evil,
+        "running": None,
+        "last_committed_batch": None,
+        "batches_in_log": 0,
+        "partitions": [
+            {
+                "topic": evil, "partition": 0, "committed": 1, "end_offset": None, "lag": None,
+                "records_per_second": None, "last_batch_at": None, "state_keys": None,
+                "state_bytes": None, "events": 0, "resets": 0,
+            }
+        ],
+        "batches": [],
+        "events": [],
+        "resets": [],
+        "history_recorded": False,
+        "state": [],
+        "output": {"kind": evil, "location": evil, "files": None, "rows": None, "bytes": None},
+    }  # fmt: skip
+    html = render_live(doc)
+    assert "<script>" not in html and "&lt;script&gt;" in html
