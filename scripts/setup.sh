@@ -29,6 +29,23 @@ prepare_local_starts() {
     log "warning: 'inorder prepare' failed: local runs start slower (run it to see why)"
 }
 
+# The status page's browser test (dev set) drives Debian's chromium through chromedriver. As
+# root with apt-get they are installed; otherwise that one test is skipped, and this says so.
+# INORDER_BROWSER=0 skips this step.
+install_browser() {
+  [ "$EXTRAS" = "dev" ] && [ "${INORDER_BROWSER:-1}" != "0" ] || return 0
+  [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && return 0
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing Debian's chromium and chromium-driver (the status page's browser test)"
+    if apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq chromium chromium-driver >/dev/null; then
+      return 0
+    fi
+  fi
+  log "warning: no /usr/bin/chromium and /usr/bin/chromedriver: the browser test will be" \
+    "skipped (apt-get install chromium chromium-driver)"
+}
+
 rank_of() {
   case "$1" in
     demo) echo 1 ;;
@@ -209,6 +226,7 @@ fi
 if [ -x "$VENV/bin/python" ] && [ "$have_sha" = "$want" ] &&
   [ "$(rank_of "$have_set")" -ge "$(rank_of "$EXTRAS")" ]; then
   log "up to date: $VENV has inorder[$have_set]"
+  install_browser
   prepare_local_starts
   exit 0
 fi
@@ -223,5 +241,6 @@ log "installing inorder[$EXTRAS] (first run builds the pyspark wheel: a few minu
 "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
 "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
 echo "$EXTRAS $want" >"$stamp"
+install_browser
 prepare_local_starts
 log "ready: $VENV/bin/inorder (inorder[$EXTRAS])"

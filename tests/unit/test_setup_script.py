@@ -60,6 +60,7 @@ class Setup:
             PATH=f"{self.bin}{os.pathsep}{env['PATH']}",
             PYTHON=python,
             INORDER_VENV=str(self.venv),
+            INORDER_BROWSER="0",
         )
         return subprocess.run(
             ["bash", str(self.root / "scripts" / "setup.sh"), *args],
