@@ -13,7 +13,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from inorder.codecs import Codec, DecodeError, JsonCodec, RawCodec, RawMessage
+    from inorder.codecs import (
+        AvroCodec,
+        Codec,
+        DecodeError,
+        JsonCodec,
+        JsonSchemaCodec,
+        ProtobufCodec,
+        RawCodec,
+        RawMessage,
+        SchemaRegistry,
+    )
     from inorder.errors import ConfigError, DataLossError, InorderError, IntegrityError
     from inorder.integrity import Integrity
     from inorder.kafka.api import KafkaSource
@@ -23,14 +33,19 @@ if TYPE_CHECKING:
     from inorder.sessions import SessionChange, SessionTables, rebuild_tables
     from inorder.sinks.base import Sink
     from inorder.sinks.delta import DeltaSink
+    from inorder.sinks.iceberg import IcebergSink
     from inorder.sinks.parquet import ParquetSink
 
 # Names are imported on first use: Spark's data source planner processes import
 # ``inorder.kafka.source`` (and so this package) once per query, and importing the sinks
 # (pyarrow.dataset, pandas, deltalake) eagerly cost ~0.9 s there.
 _EXPORTS = {
+    "AvroCodec": "inorder.codecs",
     "Codec": "inorder.codecs",
     "DecodeError": "inorder.codecs",
+    "JsonSchemaCodec": "inorder.codecs",
+    "ProtobufCodec": "inorder.codecs",
+    "SchemaRegistry": "inorder.codecs",
     "JsonCodec": "inorder.codecs",
     "RawCodec": "inorder.codecs",
     "RawMessage": "inorder.codecs",
@@ -50,6 +65,7 @@ _EXPORTS = {
     "rebuild_tables": "inorder.sessions",
     "Sink": "inorder.sinks.base",
     "DeltaSink": "inorder.sinks.delta",
+    "IcebergSink": "inorder.sinks.iceberg",
     "ParquetSink": "inorder.sinks.parquet",
 }
 
@@ -70,23 +86,28 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AvroCodec",
     "Codec",
     "ConfigError",
     "Context",
     "DataLossError",
     "DecodeError",
     "DeltaSink",
+    "IcebergSink",
     "InorderError",
     "Integrity",
     "IntegrityError",
     "JsonCodec",
+    "JsonSchemaCodec",
     "KafkaSource",
     "ParquetSink",
     "Pipeline",
     "Processor",
+    "ProtobufCodec",
     "RawCodec",
     "RawMessage",
     "RunSummary",
+    "SchemaRegistry",
     "SessionChange",
     "SessionTables",
     "Sink",

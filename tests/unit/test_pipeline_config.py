@@ -62,7 +62,7 @@ def test_good_config_gets_defaults() -> None:
         ),
         (with_("integrity", tier="strct"), r"integrity.tier must be one of .*did you mean"),
         (with_("source", topics=["a"]), r"exactly one of source.topic_pattern and source.topics"),
-        (with_("sink", type="csv"), r"sink.type must be 'parquet' or 'delta'"),
+        (with_("sink", type="csv"), r"sink.type must be 'parquet', 'delta' or 'iceberg'"),
         (with_("pipeline", backend="flink"), r"pipeline.backend must be"),
         (with_("integrity", lateness="soon"), r"integrity.lateness: invalid duration"),
     ],

@@ -7,8 +7,8 @@ cannot diverge. Per record, in this order:
 1. **Replay check.** A record at or below the partition's last consumed offset was already
    applied (a re-read after a restart): it is skipped silently and counted as ``replayed``.
    Gaps between offsets are normal (transaction markers, compaction) and not violations.
-2. **Decode.** :class:`~inorder.codecs.base.DecodeError` is the ``undecodable`` violation,
-   blamed on ``processor.record_key(kafka_key)``.
+2. **Decode.** ``DecodeError`` is the ``undecodable`` violation (of ``record_key(kafka_key)``);
+   another ``InorderError`` (a schema registry that is down) fails the batch: never a skip.
 3. **Watermark.** The record's event time (``processor.event_time``) may raise the
    partition's watermark (max event time - lateness). Event-time timers whose deadline the
    new watermark reaches fire first, ordered by ``(deadline, key)``.
@@ -21,11 +21,11 @@ cannot diverge. Per record, in this order:
    call and leaves the key's state as it was (under ``dead_letter`` the state is copied
    before the call to make that true; ``fail`` stops and ``restart_session`` drops it anyway).
 
-Processing-time timers fire in :meth:`OrderedApplier.finish`, at the end of the batch, for
-deadlines at or before the batch's processing time. A timeout's rows carry the offset of the
-last record applied to its key. An exception other than ``Violation`` from user code is a bug,
-not a data problem: it stops the partition with the ``processor_error`` rule whatever the
-policy (skipping records because of a bug would lose them silently).
+Processing-time timers fire in :meth:`OrderedApplier.finish` for deadlines at or before the
+batch's processing time; a timeout's rows carry the offset of the last record of its key.
+An exception other than ``Violation`` from user code is a bug, not a data problem: it stops
+the partition with the ``processor_error`` rule whatever the policy (skipping records
+because of a bug would lose them silently).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from inorder.engine.context import (
 from inorder.engine.reorder import FuzzyTier
 from inorder.engine.timers import TimerQueue, is_live
 from inorder.engine.violations import ROW_SCHEMA, DeadLetter, ViolationEvent
+from inorder.errors import InorderError
 from inorder.integrity import Integrity
 from inorder.processor import Processor, Violation
 from inorder.state.entry import KeyEntry, PartitionMeta, StateView
@@ -312,6 +313,9 @@ class OrderedApplier(ApplyResults):
                     if self.failed is not None:
                         break
                     continue
+                except InorderError as exc:
+                    exc.args = (f"{self.topic}[{self.partition}] offset {offset}: {exc}",)
+                    raise
                 try:
                     if custom_event_time:
                         when = processor.event_time(msg, ctx)

@@ -1,8 +1,8 @@
 """The committed output of a pipeline, read partition by partition and offset range by range.
 
 Parquet datasets are read through the sink's committed view (the files named by done
-manifests, after compactions; never a directory listing), Delta tables at their current
-version. Reads are filtered on ``topic``, ``partition`` and an ``offset`` range, so Parquet
+manifests, after compactions; never a directory listing), Delta and Iceberg tables at their
+current version. Reads are filtered on ``topic``, ``partition`` and an ``offset`` range, so Parquet
 row-group statistics keep each read small, and sorted by offset.
 """
 
@@ -20,15 +20,20 @@ from inorder.sinks.base import Sink, stored
 
 
 def sink_kind(sink: Sink) -> str:
-    """``"parquet"`` or ``"delta"`` (other sinks cannot be read back by the tools)."""
+    """``"parquet"``, ``"delta"`` or ``"iceberg"`` (other sinks cannot be read back)."""
     from inorder.sinks.delta import DeltaSink
+    from inorder.sinks.iceberg import IcebergSink
     from inorder.sinks.parquet import ParquetSink
 
     if isinstance(sink, DeltaSink):
         return "delta"
+    if isinstance(sink, IcebergSink):
+        return "iceberg"
     if isinstance(sink, ParquetSink):
         return "parquet"
-    raise InorderError(f"{sink.describe()}: only Parquet and Delta outputs can be read back")
+    raise InorderError(
+        f"{sink.describe()}: only Parquet, Delta and Iceberg outputs can be read back"
+    )
 
 
 class OutputView:
@@ -40,6 +45,11 @@ class OutputView:
         self._dataset: ds.Dataset | None = self._open()
 
     def _open(self) -> ds.Dataset | None:
+        if self.kind == "iceberg":
+            from inorder.sinks.iceberg import IcebergSink
+
+            assert isinstance(self.sink, IcebergSink)
+            return self.sink.dataset()
         if self.kind == "delta":
             from deltalake import DeltaTable
             from deltalake.exceptions import TableNotFoundError

@@ -95,6 +95,15 @@ def delete_rows(name: str, sink: Sink, starts: Mapping[TopicPartition, int]) -> 
         return planned
     if planned.kind == "delta":
         _delete_delta(sink, starts, planned)
+    elif planned.kind == "iceberg":
+        from inorder.sinks.iceberg import IcebergSink
+
+        assert isinstance(sink, IcebergSink)
+        chosen = {tp: s for tp, s in starts.items() if str(tp) in planned.rows_by_partition}
+        sink.delete_from(
+            {(tp.topic, tp.partition): start for tp, start in chosen.items()}, planned.rows
+        )
+        planned.detail = delta_predicate(chosen)
     else:
         _delete_parquet(sink, starts, planned)
     return planned

@@ -135,11 +135,30 @@ def _check_values(config: Config, origin: str) -> None:
             f"{', '.join(POLICIES)}"
             f"{_did_you_mean(integrity['on_violation'], list(POLICIES))}"
         )
-    if config["sink"]["type"] not in ("parquet", "delta"):
-        raise ConfigError(f"{origin}: sink.type must be 'parquet' or 'delta'")
+    if config["sink"]["type"] not in ("parquet", "delta", "iceberg"):
+        raise ConfigError(f"{origin}: sink.type must be 'parquet', 'delta' or 'iceberg'")
+    if config["sink"]["type"] == "iceberg":
+        _check_iceberg_sink(config, origin)
     if config["sink"]["target_file_size"] <= 0:
         raise ConfigError(f"{origin}: sink.target_file_size must be > 0")
     _check_materialized(config, origin)
+
+
+def _check_iceberg_sink(config: Config, origin: str) -> None:
+    sink = config["sink"]
+    if not sink["table"]:
+        raise ConfigError(f"{origin}: sink.table is required with sink.type = 'iceberg'")
+    # Other outputs take sink.type by default; a second Iceberg output at another path would
+    # still name the same table.
+    if config["dead_letter"]["path"]:
+        raise ConfigError(
+            f"{origin}: dead_letter.path does not apply to an Iceberg sink (dead letters go to "
+            f"the table {sink['table']}_dead_letter); remove it"
+        )
+    if config["materialized"]["path"] and config["materialized"]["type"] in ("", "iceberg"):
+        raise ConfigError(
+            f"{origin}: materialized.type must be 'parquet' or 'delta' with an Iceberg sink"
+        )
 
 
 def _check_materialized(config: Config, origin: str) -> None:
@@ -208,7 +227,23 @@ def _make_processor(config: Config) -> Processor[Any, Any, Any]:
 
 
 def _make_codec(config: Config, processor: Any) -> Any:
-    kind = config["codec"]["type"]
+    spec = config["codec"]
+    kind = spec["type"]
+    from inorder.codecs.registry_config import REGISTRY_KINDS, registry_codec
+
+    if kind in REGISTRY_KINDS:
+        from inorder.processor import processor_types
+
+        # A processor with its own (JSON) codec, like the session processor, gets each
+        # record re-encoded as JSON through it, so every check of that codec still applies.
+        own = processor.default_codec()
+        return registry_codec(kind, spec, processor_types(processor).msg, own)
+    stray = [k for k, s in SECTIONS["codec"].items() if k != "type" and spec[k] != s.default]
+    if stray:
+        raise ConfigError(
+            f"codec.{stray[0]} applies to codec.type avro, protobuf or json_schema, "
+            f"not {kind or 'the default'!r}"
+        )
     if not kind:
         return None
     if kind == "raw":
@@ -247,7 +282,24 @@ def _make_sink(spec: Mapping[str, Any]) -> Any:
         from inorder.sinks.delta import DeltaSink
 
         return DeltaSink(
-            spec["path"], partition_by=list(spec["partition_by"]), storage_options=storage
+            spec["path"],
+            partition_by=list(spec["partition_by"]),
+            storage_options=storage,
+            table_properties=spec.get("table_properties") or None,
+        )
+    if spec["type"] == "iceberg":
+        from inorder.sinks.iceberg import IcebergSink
+
+        return IcebergSink(
+            spec["table"],
+            spec["path"],
+            partition_by=list(spec["partition_by"]),
+            catalog=spec["catalog"] or None,
+            catalog_file=spec["catalog_file"] or None,
+            storage_options=storage,
+            compression=spec["compression"],
+            target_file_size=spec["target_file_size"],
+            table_properties=spec["table_properties"] or None,
         )
     from inorder.sinks.parquet import ParquetSink
 

@@ -130,8 +130,78 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         "type": Setting(
             str,
             "",
-            '"json", "raw" or "module:attribute" of a Codec; empty: the '
-            "processor's default (JSON into its message type).",
+            '"json", "raw", "avro", "protobuf", "json_schema" or "module:attribute" of a '
+            "Codec; empty: the processor's default (JSON into its message type). See "
+            "docs/formats.md.",
+        ),
+        "registry_url": Setting(
+            str,
+            "",
+            "Schema registry URL(s), comma-separated (avro, protobuf, json_schema; default: "
+            "INORDER_SCHEMA_REGISTRY_URL). Empty with schema_file/descriptor_set: no registry.",
+        ),
+        "registry_user_info_env": Setting(
+            str, "", 'Name of the environment variable holding basic auth "user:password".'
+        ),
+        "registry_bearer_token_env": Setting(
+            str, "", "Name of the environment variable holding a static bearer token."
+        ),
+        "registry_bearer_logical_cluster": Setting(
+            str, "", "Logical cluster sent with the bearer token (Confluent Cloud)."
+        ),
+        "registry_max_retries": Setting(
+            int,
+            3,
+            "Retries of a refused, timed-out or 408/429/5xx registry request; then the batch "
+            "fails (records are never skipped for an outage).",
+        ),
+        "registry_retry_wait_ms": Setting(
+            int, 1000, "First wait between registry retries (exponential with jitter)."
+        ),
+        "registry_timeout": Setting((int, float), 10.0, "Seconds one registry request may take."),
+        "subject_name_strategy": Setting(
+            str,
+            "",
+            '"topic", "record" or "topic_record": derive a subject (empty: schemas by id '
+            "only, no subject lookups).",
+        ),
+        "subject_topic": Setting(
+            str, "", 'Topic the "topic"/"topic_record" strategies name subjects after.'
+        ),
+        "use_latest_version": Setting(
+            bool,
+            False,
+            "Read every record with the subject's latest registered schema (needs "
+            "subject_name_strategy).",
+        ),
+        "reader_schema": Setting(
+            str, "", "avro: .avsc file of the reader schema (schema evolution by Avro's rules)."
+        ),
+        "schema_file": Setting(
+            str,
+            "",
+            "avro: .avsc file of the writer schema; no registry, values are plain Avro binary "
+            "(no framing).",
+        ),
+        "message_type": Setting(
+            str, "", 'protobuf: "module:Class" of the generated message class.'
+        ),
+        "descriptor_set": Setting(
+            str,
+            "",
+            "protobuf: compiled descriptor set file (protoc --include_imports "
+            "--descriptor_set_out), with message_name.",
+        ),
+        "message_name": Setting(
+            str, "", 'protobuf: full name of the message in descriptor_set ("pkg.Msg").'
+        ),
+        "validate": Setting(
+            bool, True, "json_schema: validate each document against its writer schema."
+        ),
+        "strict": Setting(
+            bool,
+            True,
+            'Exact types when converting into the message type (false: "1" fits an int).',
         ),
     },
     "processor": {
@@ -158,9 +228,12 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         "lateness": Setting(str, "0 seconds", "Allowed event-time lateness (fuzzy tier)."),
     },
     "sink": {
-        "type": Setting(str, "parquet", '"parquet" or "delta".'),
+        "type": Setting(str, "parquet", '"parquet", "delta" or "iceberg".'),
         "path": Setting(
-            str, "", "Output location: local path or s3://bucket/prefix.", required=True
+            str,
+            "",
+            "Output location: local path or s3://bucket/prefix (iceberg: the warehouse).",
+            required=True,
         ),
         "partition_by": Setting(list, ["topic"], "Output columns to partition files by."),
         "compression": Setting(str, "zstd", "Parquet compression codec."),
@@ -170,6 +243,22 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             {},
             "Object store settings (endpoint, region...); credentials are better "
             "given by the usual AWS_* environment variables.",
+        ),
+        "table": Setting(str, "", 'iceberg: the table, "namespace.name" (required).'),
+        "catalog": Setting(
+            dict,
+            {},
+            "iceberg: pyiceberg catalog properties passed through (type, uri, ...; "
+            "default: the SQL catalog on catalog_file).",
+        ),
+        "catalog_file": Setting(
+            str,
+            "",
+            "iceberg: SQLite file of the default SQL catalog (default: "
+            "<path>/catalog.db; required when path is on S3).",
+        ),
+        "table_properties": Setting(
+            dict, {}, "delta, iceberg: table properties set when the sink creates the table."
         ),
     },
     "dead_letter": {
