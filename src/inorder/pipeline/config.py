@@ -142,6 +142,22 @@ def _check_values(config: Config, origin: str) -> None:
     if config["sink"]["target_file_size"] <= 0:
         raise ConfigError(f"{origin}: sink.target_file_size must be > 0")
     _check_materialized(config, origin)
+    _check_tables(config, origin)
+
+
+def _check_tables(config: Config, origin: str) -> None:
+    spec = config["tables"]
+    if spec["end"] not in ("keep", "drop"):
+        raise ConfigError(f"{origin}: tables.end must be 'keep' or 'drop', not {spec['end']!r}")
+    paths = [p.rstrip("/") for p in (spec["current"], spec["history"]) if p]
+    kind = config["processor"]["type"]
+    # A "module:Class" processor may still be session tables: checked when it is built.
+    if paths and kind != "sessions" and ":" not in kind:
+        raise ConfigError(
+            f"{origin}: [tables] needs the session-table processor (processor.type = 'sessions')"
+        )
+    if config["sink"]["path"].rstrip("/") in paths or len(set(paths)) < len(paths):
+        raise ConfigError(f"{origin}: tables.current, tables.history and sink.path must differ")
 
 
 def _check_iceberg_sink(config: Config, origin: str) -> None:
@@ -362,6 +378,7 @@ def build_pipeline(config: Config) -> Any:
             }
         )
         check_materialization(processor, materialized, spec["every"])
+    tables = _make_tables(config, processor)
     tick = pipeline["tick_interval"]
     observers: list[Any] = []
     notify = config["notify"]
@@ -394,7 +411,28 @@ def build_pipeline(config: Config) -> Any:
         job_version=pipeline.get("job_version") or None,
         materialized=materialized,
         materialize_every=spec["every"] or None,
+        tables=tables,
     )
+
+
+def _make_tables(config: Config, processor: Any) -> Any:
+    """The [tables] section as a ``TableOutputs`` (``None`` without a table path)."""
+    spec = config["tables"]
+    if not spec["current"] and not spec["history"]:
+        return None
+    from inorder.dev.endpoints import output_storage_options
+    from inorder.sessions.tables_writer import TableOutputs, check_tables
+
+    given = spec["storage_options"] or config["sink"]["storage_options"]
+    first = spec["current"] or spec["history"]
+    tables = TableOutputs(
+        current=spec["current"] or None,
+        history=spec["history"] or None,
+        end=spec["end"],
+        storage_options=output_storage_options(first, given),
+    )
+    check_tables(processor, tables)
+    return tables
 
 
 def load_pipeline(reference: str, overrides: Mapping[str, Any] | None = None) -> Any:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from inorder.kafka.api import KafkaSource
     from inorder.pipeline.observer import RunObserver
     from inorder.pipeline.progress import RunSummary
+    from inorder.sessions.tables_writer import TableOutputs
 
 Backend = Literal["partition", "spark"]
 BACKENDS: tuple[str, ...] = ("partition", "spark")
@@ -46,6 +47,10 @@ class Pipeline(Generic[Msg, State, Out]):
     ``materialized`` (a Parquet or Delta sink) with ``materialize_every=N`` writes every
     session's full table there every N micro-batches and each session's final table when it
     ends; session-table pipelines only (see docs/sessions.md).
+
+    ``tables`` (:class:`~inorder.sessions.tables_writer.TableOutputs`) keeps a current
+    (SCD1) and/or a history (SCD2) Delta table of the session tables, merged once per
+    micro-batch after the change log's commit; session-table pipelines only (docs/tables.md).
     """
 
     source: KafkaSource
@@ -67,6 +72,7 @@ class Pipeline(Generic[Msg, State, Out]):
     initial_state: InitialState | None = None
     materialized: Sink | None = None
     materialize_every: int | None = None
+    tables: TableOutputs | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.processor, Processor):

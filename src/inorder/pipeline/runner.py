@@ -79,6 +79,7 @@ class PipelineRunner:
         self._observers = SafeObservers(pipeline.observers)
         self._backend: Any = None
         self._materializer: Any = None
+        self._tables: Any = None
         self._log_file: str | None = None
         self._running: tuple[int, float] | None = None
         self._planned: tuple[int, int | None] = (-1, None)
@@ -162,6 +163,8 @@ class PipelineRunner:
                 if self._materializer is not None:
                     # After the change log's commit, also on a re-run that commits nothing.
                     self._materializer.after_commit(batch_id)
+                if self._tables is not None:
+                    self._tables.after_commit(batch_id)  # likewise: catches up, exactly once
             except BaseException as exc:
                 self._failure = exc
                 self._quiet_spark()
@@ -237,6 +240,9 @@ class PipelineRunner:
         from inorder.sessions.materializer import pipeline_materializer
 
         self._materializer = pipeline_materializer(p)
+        from inorder.sessions.tables_writer import pipeline_tables
+
+        self._tables = pipeline_tables(p)
         self.reporter.info(f"inorder: starting {p.name!r} on {p.spark_master}, {p.sink.describe()}")
         for note in source_notes:  # after every check: a refused start stays one line
             self.reporter.info(f"inorder: {note}")

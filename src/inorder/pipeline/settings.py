@@ -288,6 +288,30 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             dict, {}, "Object store settings (default: the [sink] storage_options)."
         ),
     },
+    "tables": {
+        "current": Setting(
+            str,
+            "",
+            "Session-table pipelines: Delta table of every session's live rows, one row per "
+            "(topic, session, row_id), merged once per micro-batch (empty: none). See "
+            "docs/tables.md.",
+        ),
+        "history": Setting(
+            str,
+            "",
+            "Delta table of every version of every row (valid_from/valid_to offsets and "
+            "times), for as-of queries (empty: none).",
+        ),
+        "end": Setting(
+            str,
+            "keep",
+            'What a session\'s `end` does to its rows in the tables: "keep" (its final '
+            'table stays, like the change log) or "drop".',
+        ),
+        "storage_options": Setting(
+            dict, {}, "Object store settings (default: the [sink] storage_options)."
+        ),
+    },
     "notify": {
         "webhook_url": Setting(str, "", "POST a JSON event here on failure, stall or violations."),
         "command": Setting((str, list), "", "Run this command with the JSON event on stdin."),

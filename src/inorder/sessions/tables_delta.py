@@ -1,0 +1,349 @@
+"""The current (SCD1) and history (SCD2) session tables as Delta tables: schemas, MERGEs.
+
+A :class:`DeltaTableOutput` is one of the two tables. :meth:`DeltaTableOutput.merge` turns a
+:class:`~inorder.sessions.tables_plan.BatchPlan` into the table's rows (taken from the
+change log's Arrow columns) and applies it with one deltalake MERGE whose commit carries the
+micro-batch id as the application transaction ``txn(app_id, batch_id)`` and the offsets it
+covers in ``commitInfo`` (``inorder.batch``, ``inorder.first_batch``, ``inorder.offsets``).
+
+Both tables are partitioned by ``topic``; the MERGE condition names the batch's topics, so
+partitions of other topics are not read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from inorder.errors import InorderError
+from inorder.sessions.tables_plan import BatchPlan, SessionKey
+from inorder.sinks.delta import delta_schema
+from inorder.storage import fs as sfs
+
+TableKind = Literal["current", "history"]
+#: Commit-info keys of a table commit.
+BATCH_KEY = "inorder.batch"
+FIRST_BATCH_KEY = "inorder.first_batch"
+OFFSETS_KEY = "inorder.offsets"
+_ACTION = "_inorder_action"
+_KEY_COLUMNS = ("topic", "session", "row_id")
+
+
+class TablesError(InorderError):
+    """A session table cannot be opened, read or committed."""
+
+
+def current_schema(changes: pa.Schema, row_names: Sequence[str]) -> pa.Schema:
+    """Columns of the current table: origin, session, row id, row data, ``batch_id``."""
+    head = ["topic", "partition", "offset", "kafka_ts", "session", "row_id"]
+    fields = [_field(changes, n, n in ("topic", "session", "row_id")) for n in head]
+    fields += [_field(changes, n) for n in row_names]
+    fields.append(_field(changes, "batch_id", True))
+    return delta_schema(pa.schema(fields))
+
+
+def history_schema(changes: pa.Schema, row_names: Sequence[str]) -> pa.Schema:
+    """Columns of the history table: one row per version of a session's row."""
+    ts = changes.field("kafka_ts").type
+    fields = [_field(changes, n, True) for n in ("topic", "partition", "session", "row_id")]
+    fields += [_field(changes, n) for n in row_names]
+    fields += [
+        pa.field("valid_from_offset", pa.int64(), nullable=False),
+        pa.field("valid_from_ts", ts),
+        pa.field("valid_to_offset", pa.int64()),
+        pa.field("valid_to_ts", ts),
+        pa.field("is_current", pa.bool_(), nullable=False),
+        pa.field("closed_by", pa.string()),
+        pa.field("batch_id", pa.int64(), nullable=False),
+        pa.field("closed_batch_id", pa.int64()),
+    ]
+    return delta_schema(pa.schema(fields))
+
+
+def _field(schema: pa.Schema, name: str, required: bool = False) -> pa.Field:
+    return schema.field(name).with_nullable(not required)
+
+
+class DeltaTableOutput:
+    """One session table (``kind``) stored as a Delta table at ``path``."""
+
+    def __init__(
+        self,
+        kind: TableKind,
+        path: str,
+        schema: pa.Schema,
+        storage_options: Mapping[str, str] | None = None,
+        app_id: str = "inorder",
+    ) -> None:
+        self.kind: TableKind = kind
+        self.path = path
+        self.schema = schema
+        self.app_id = app_id
+        self.location = sfs.resolve(path, storage_options)
+        self._secrets = (self.location.s3.secret_access_key,) if self.location.s3 else ()
+
+    def describe(self) -> str:
+        """One line for humans."""
+        return f"{self.kind} table {self.path}"
+
+    def failure(self, what: str, exc: BaseException) -> TablesError:
+        """A one-line error about this table (credentials never shown)."""
+        return TablesError(f"{self.describe()}: {what}: {sfs.describe_error(exc, self._secrets)}")
+
+    def open(self) -> Any:
+        """The Delta table (deltalake ``DeltaTable``)."""
+        from deltalake import DeltaTable
+
+        loc = self.location
+        try:
+            return DeltaTable(loc.delta_uri(), storage_options=loc.storage_options())
+        except Exception as exc:
+            raise self.failure("cannot open", exc) from None
+
+    def check(self) -> None:
+        """Create the table if absent; an existing one must have this schema and layout."""
+        from deltalake import DeltaTable, Schema
+
+        loc = self.location
+        try:
+            if not DeltaTable.is_deltatable(loc.delta_uri(), storage_options=loc.storage_options()):
+                DeltaTable.create(
+                    loc.delta_uri(),
+                    self.schema,
+                    partition_by=["topic"],
+                    storage_options=loc.storage_options(),
+                )
+                return
+            table = self.open()
+            have = [(f.name, str(f.type)) for f in table.schema().fields]
+        except TablesError:
+            raise
+        except Exception as exc:
+            raise self.failure("cannot open or create", exc) from None
+        want = [(f.name, str(f.type)) for f in Schema.from_arrow(self.schema).fields]
+        if have != want:
+            gone = [n for n, _ in have if n not in dict(want)]
+            new = [n for n, _ in want if n not in dict(have)]
+            raise TablesError(
+                f"{self.describe()}: its columns differ from this pipeline's session rows "
+                f"(table only: {gone or 'none'}; pipeline only: {new or 'none'}; or types "
+                "differ); give the table a new path"
+            )
+
+    def committed_batch(self) -> int | None:
+        """The last micro-batch this pipeline's ``app_id`` committed to the table."""
+        try:
+            version = self.open().transaction_version(self.app_id)
+        except TablesError:
+            raise
+        except Exception as exc:
+            raise self.failure("cannot read its transactions", exc) from None
+        return None if version is None else int(version)
+
+    def live_keys(self) -> dict[SessionKey, set[str]]:
+        """Row ids of every session's live rows (the current table, or open versions)."""
+        try:
+            dataset = self.open().to_pyarrow_dataset()
+            wanted = pc.field("is_current") if self.kind == "history" else None
+            keys = dataset.to_table(columns=list(_KEY_COLUMNS), filter=wanted)
+        except TablesError:
+            raise
+        except Exception as exc:
+            raise self.failure("cannot read its rows", exc) from None
+        live: dict[SessionKey, set[str]] = {}
+        columns = (keys.column(c).to_pylist() for c in _KEY_COLUMNS)
+        for topic, session, rid in zip(*columns, strict=True):
+            live.setdefault((topic, session), set()).add(rid)
+        return live
+
+    # -- one commit ------------------------------------------------------------------------
+
+    def merge(self, plan: BatchPlan, changes: pa.Table, first: int, last: int) -> dict[str, Any]:
+        """Apply ``plan`` (of ``changes``, batches ``first..last``) as the commit of ``last``.
+
+        ``changes`` is the ordered change-log table the plan's indexes point into. Returns
+        deltalake's merge metrics (empty when the plan changes nothing in this table).
+        """
+        from deltalake import CommitProperties, Transaction
+
+        if self.kind == "current":
+            source = current_source(plan, changes, self.schema)
+        else:
+            source = history_source(plan, changes, self.schema, last)
+        if source.num_rows == 0:
+            return {}
+        properties = CommitProperties(
+            app_transactions=[Transaction(self.app_id, last)],
+            custom_metadata={
+                BATCH_KEY: str(last),
+                FIRST_BATCH_KEY: str(first),
+                OFFSETS_KEY: offset_ranges(changes),
+            },
+        )
+        topics = pc.unique(source.column("topic")).to_pylist()
+        on = " AND ".join(f"t.{c} = s.{c}" for c in _KEY_COLUMNS)
+        # Names the partitions the batch touches: the others are not read.
+        on += " AND t.topic IN (" + ", ".join(_sql_string(t) for t in topics) + ")"
+        try:
+            merger = self.open().merge(
+                source,
+                # A new version must not match the open one it replaces: only closes match.
+                on
+                if self.kind == "current"
+                else f"{on} AND t.is_current AND s.{_ACTION} = 'close'",
+                source_alias="s",
+                target_alias="t",
+                commit_properties=properties,
+            )
+            if self.kind == "current":
+                columns = {f.name: f"s.{f.name}" for f in self.schema}
+                merger = (
+                    merger.when_matched_delete(predicate=f"s.{_ACTION} = 'delete'")
+                    .when_matched_update(columns, predicate=f"s.{_ACTION} = 'upsert'")
+                    .when_not_matched_insert(columns, predicate=f"s.{_ACTION} = 'upsert'")
+                )
+            else:
+                closing = ("valid_to_offset", "valid_to_ts", "is_current", "closed_by")
+                updates = {c: f"s.{c}" for c in (*closing, "closed_batch_id")}
+                merger = merger.when_matched_update(
+                    updates, predicate=f"s.{_ACTION} = 'close'"
+                ).when_not_matched_insert(
+                    {f.name: f"s.{f.name}" for f in self.schema},
+                    predicate=f"s.{_ACTION} = 'insert'",
+                )
+            metrics: dict[str, Any] = merger.execute()
+        except Exception as exc:
+            raise self.failure(f"cannot commit batch {last}", exc) from None
+        return metrics
+
+
+def current_source(plan: BatchPlan, changes: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The MERGE source of the current table: the rows to upsert, then the keys to delete."""
+    names = [f.name for f in schema]
+    upserts = changes.take(pa.array(plan.upserts, pa.int64())).select(names)
+    upserts = upserts.cast(schema, safe=False)
+    n = len(plan.deletes)
+    deletes: dict[str, Any] = {name: pa.nulls(n, schema.field(name).type) for name in names}
+    for i, name in enumerate(_KEY_COLUMNS):
+        deletes[name] = pa.array([k[i] for k in plan.deletes], pa.string())
+    if n:
+        # Non-null columns of a delete row get placeholders; only its key is compared.
+        deletes["batch_id"] = pa.array([0] * n, schema.field("batch_id").type)
+    gone = pa.table(deletes, schema=pa.schema([f.with_nullable(True) for f in schema]))
+    both = pa.concat_tables([upserts.cast(gone.schema), gone])
+    actions = ["upsert"] * upserts.num_rows + ["delete"] * n
+    return both.append_column(_ACTION, pa.array(actions, pa.string()))
+
+
+def history_source(plan: BatchPlan, changes: pa.Table, schema: pa.Schema, last: int) -> pa.Table:
+    """The MERGE source of the history table: versions closed, then new versions."""
+    nullable = pa.schema([f.with_nullable(True) for f in schema])
+    row_names = [
+        f.name
+        for f in schema
+        if f.name not in {"topic", "partition", "session", "row_id"}
+        and not f.name.startswith(("valid_", "is_", "closed_"))
+        and f.name != "batch_id"
+    ]
+    opened = changes.take(pa.array([v.index for v in plan.versions], pa.int64()))
+    ends = [v.closed_at for v in plan.versions]
+    end_rows = _take_nullable(changes, ends)
+    new: dict[str, Any] = {c: opened.column(c) for c in ("topic", "partition", "session")}
+    new["row_id"] = opened.column("row_id")
+    for name in row_names:
+        new[name] = opened.column(name)
+    new.update(
+        valid_from_offset=opened.column("offset"),
+        valid_from_ts=opened.column("kafka_ts"),
+        valid_to_offset=end_rows.column("offset"),
+        valid_to_ts=end_rows.column("kafka_ts"),
+        is_current=pa.array([e is None for e in ends], pa.bool_()),
+        closed_by=pa.array([v.closed_by for v in plan.versions], pa.string()),
+        batch_id=opened.column("batch_id"),
+        closed_batch_id=end_rows.column("batch_id"),
+    )
+    versions = _table(new, nullable)
+    closing = changes.take(pa.array([c.index for c in plan.closes], pa.int64()))
+    n = len(plan.closes)
+    old: dict[str, Any] = {f.name: pa.nulls(n, f.type) for f in nullable}
+    for i, name in enumerate(_KEY_COLUMNS):
+        old[name] = pa.array([c.key[i] for c in plan.closes], pa.string())
+    old.update(
+        valid_to_offset=closing.column("offset"),
+        valid_to_ts=closing.column("kafka_ts"),
+        is_current=pa.array([False] * n, pa.bool_()),
+        closed_by=pa.array([c.closed_by for c in plan.closes], pa.string()),
+        closed_batch_id=pa.array([last] * n, pa.int64()),
+    )
+    closes = _table(old, nullable)
+    both = pa.concat_tables([closes, versions])
+    actions = ["close"] * n + ["insert"] * versions.num_rows
+    return both.append_column(_ACTION, pa.array(actions, pa.string()))
+
+
+def _take_nullable(table: pa.Table, indexes: Sequence[int | None]) -> pa.Table:
+    """Rows at ``indexes``; a ``None`` index gives a row of nulls."""
+    return table.take(pa.array(indexes, pa.int64()))
+
+
+def _table(columns: Mapping[str, Any], schema: pa.Schema) -> pa.Table:
+    arrays = []
+    for f in schema:
+        col = columns[f.name]
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        arrays.append(col.cast(f.type, safe=False))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def offset_ranges(changes: pa.Table) -> str:
+    """``{"topic/partition": [first, last]}`` offsets of the change rows, as JSON."""
+    if changes.num_rows == 0:
+        return "{}"
+    grouped = changes.group_by(["topic", "partition"]).aggregate(
+        [("offset", "min"), ("offset", "max")]
+    )
+    ranges = {
+        f"{t}/{p}": [lo, hi]
+        for t, p, lo, hi in zip(
+            grouped.column("topic").to_pylist(),
+            grouped.column("partition").to_pylist(),
+            grouped.column("offset_min").to_pylist(),
+            grouped.column("offset_max").to_pylist(),
+            strict=True,
+        )
+    }
+    return json.dumps(dict(sorted(ranges.items())), separators=(",", ":"))
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def query_dataset(path: str, storage_options: Mapping[str, str] | None = None) -> Any:
+    """A session table as a ``pyarrow.dataset.Dataset`` that DuckDB can filter.
+
+    deltalake's MERGE writes string columns as Arrow ``string_view``; a dataset declaring them
+    ``string`` (``DeltaTable.to_pyarrow_dataset()``) fails on any filter DuckDB pushes into a
+    string column. This one declares the data files' string columns as ``string_view``
+    (``topic``, the partition column, stays ``string``).
+    """
+    from deltalake import DeltaTable
+
+    loc = sfs.resolve(path, storage_options)
+    table = DeltaTable(loc.delta_uri(), storage_options=loc.storage_options())
+    plain = table.to_pyarrow_dataset().schema
+    partitions = set(table.metadata().partition_columns)
+    schema = pa.schema(
+        [
+            f.with_type(pa.string_view())
+            if pa.types.is_string(f.type) and f.name not in partitions
+            else f
+            for f in plain
+        ]
+    )
+    return table.to_pyarrow_dataset(schema=schema)

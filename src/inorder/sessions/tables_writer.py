@@ -1,0 +1,280 @@
+"""Keeping the current and history session tables, exactly once per micro-batch.
+
+After micro-batch ``B``'s change rows are committed, :meth:`SessionTablesWriter.after_commit`
+reads them back from the change log, plans the batch's net change per row key
+(:func:`~inorder.sessions.tables_plan.plan_batch`, pure) and applies it to each table with
+one MERGE committed as ``txn(app_id, B)`` (:mod:`inorder.sessions.tables_delta`).
+
+Each table knows the last batch it holds (its transaction version). A table behind the change
+log (a crash between the change log's commit and the table's, a table added to a running
+pipeline, a repair that restored it) catches up in one commit: the change rows of every
+batch after its own up to ``B``. A table at or past ``B`` is left alone, so the re-run of a
+batch commits nothing twice. The row ids each session has, which the planner needs, are kept
+in memory between batches and read back from the table itself after a start or a failure.
+
+Batch ids are the change log's (its ``batch_id`` column), as for the materializer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from inorder.errors import ConfigError
+from inorder.sessions.processor import SessionTables
+from inorder.sessions.rebuild import ordered_changes
+from inorder.sessions.tables_delta import (
+    BATCH_KEY,
+    DeltaTableOutput,
+    TablesError,
+    current_schema,
+    history_schema,
+)
+from inorder.sessions.tables_plan import (
+    END_MODES,
+    BatchPlan,
+    ChangeColumns,
+    EndMode,
+    SessionKey,
+    apply_live,
+    plan_batch,
+)
+from inorder.sinks.base import Sink
+
+
+@dataclass(frozen=True)
+class TableOutputs:
+    """Where a session-table pipeline keeps its query-ready tables (docs/tables.md).
+
+    ``current``: path of the current table (one row per live row), ``history``: path of the
+    history table (one row per version); either may be ``None``. ``end``: whether a session's
+    ``end`` keeps its rows in the tables (``"keep"``, its final table, like the change log)
+    or removes them (``"drop"``). ``storage_options`` as for the sinks (S3 endpoint...).
+    """
+
+    current: str | None = None
+    history: str | None = None
+    end: EndMode = "keep"
+    storage_options: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.current is None and self.history is None:
+            raise ConfigError("tables: give a current or a history table path (or both)")
+        if self.end not in END_MODES:
+            raise ConfigError(f"tables.end: must be 'keep' or 'drop', not {self.end!r}")
+        if self.current is not None and self.current == self.history:
+            raise ConfigError("tables: current and history need different paths")
+
+
+@dataclass
+class TablesReport:
+    """What one batch did to the tables."""
+
+    batch_id: int
+    committed: list[str] = field(default_factory=list)
+    """The tables that got a commit (``current``, ``history``)."""
+    caught_up: int = 0
+    """Batches before ``batch_id`` applied as well (a table was behind)."""
+    seconds: float = 0.0
+
+
+@dataclass
+class _Kept:
+    """One table and what is known of it between batches."""
+
+    table: DeltaTableOutput
+    live: dict[SessionKey, set[str]] | None = None
+    through: int = -1
+
+
+class SessionTablesWriter:
+    """Keeps ``outputs``' tables in step with the change log in ``changes``. Driver side."""
+
+    def __init__(self, processor: SessionTables, changes: Sink, outputs: TableOutputs) -> None:
+        from inorder.schema import output_schema
+        from inorder.sessions.materializer import change_log_of, row_fields
+
+        self.changes, self.batch_offset = change_log_of(changes)
+        self.end: EndMode = outputs.end
+        owner = changes.owner
+        app_id = f"inorder-{owner}" if owner else "inorder"
+        log_schema = output_schema(processor.out_type)
+        self._row_names = [f.name for f in row_fields(processor)]
+        self._kept: list[_Kept] = []
+        options = outputs.storage_options
+        if outputs.current is not None:
+            schema = current_schema(log_schema, self._row_names)
+            table = DeltaTableOutput("current", outputs.current, schema, options, app_id)
+            self._kept.append(_Kept(table))
+        if outputs.history is not None:
+            schema = history_schema(log_schema, self._row_names)
+            table = DeltaTableOutput("history", outputs.history, schema, options, app_id)
+            self._kept.append(_Kept(table))
+
+    @property
+    def tables(self) -> list[DeltaTableOutput]:
+        """The tables kept, current first."""
+        return [k.table for k in self._kept]
+
+    def check(self) -> None:
+        """Before the first batch: create the tables or check the existing ones."""
+        for kept in self._kept:
+            try:
+                kept.table.check()
+                table = kept.table.open()
+                if table.version() > 0 and kept.table.committed_batch() is None:
+                    raise TablesError(
+                        f"{kept.table.describe()}: holds data this pipeline's checkpoint did "
+                        "not commit; use a new path or the checkpoint that wrote it"
+                    )
+            except TablesError as exc:
+                raise ConfigError(str(exc)) from None
+
+    def after_commit(self, batch_id: int) -> TablesReport:
+        """Bring every table to checkpoint batch ``batch_id``, whose change rows are committed."""
+        started = time.perf_counter()
+        b = self.batch_offset + batch_id
+        report = TablesReport(batch_id=b)
+        try:
+            work = self._plan(b)
+            for kept, first, changes, plan in work:
+                if kept.table.merge(plan, changes, first, b):
+                    report.committed.append(kept.table.kind)
+                report.caught_up = max(report.caught_up, b - first)
+            for kept, _, _, plan in work:
+                assert kept.live is not None
+                apply_live(kept.live, plan)
+                kept.through = b
+        except BaseException:
+            for kept in self._kept:
+                kept.live = None  # half-known: read back from the table next time
+            raise
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _plan(self, b: int) -> list[tuple[_Kept, int, pa.Table, BatchPlan]]:
+        """Each table behind ``b``: the first batch it lacks, the change rows, the plan."""
+        work: list[tuple[_Kept, int, pa.Table, BatchPlan]] = []
+        read: dict[int, pa.Table] = {}
+        for kept in self._kept:
+            if kept.live is None:
+                committed = kept.table.committed_batch()
+                kept.live = kept.table.live_keys()
+                kept.through = -1 if committed is None else committed
+            if kept.through >= b:
+                continue  # this batch (or a later one) is in the table: a re-run
+            first = kept.through + 1
+            changes = read.get(first)
+            if changes is None:
+                changes = read[first] = self._read(first, b)
+            # Tables at the same batch hold the same row ids: one plan serves both.
+            same = [w for w in work if w[1] == first and w[0].live == kept.live]
+            if same:
+                plan = same[0][3]
+            else:
+                columns = ChangeColumns(
+                    changes.column("topic").to_pylist(),
+                    changes.column("session").to_pylist(),
+                    changes.column("op").to_pylist(),
+                    changes.column("row_id").to_pylist(),
+                )
+                plan = plan_batch(kept.live, columns, self.end)
+            work.append((kept, first, changes, plan))
+        return work
+
+    def _read(self, first: int, last: int) -> pa.Table:
+        """Change rows of batches ``first..last`` in application order."""
+        wanted = [
+            "topic",
+            "partition",
+            "offset",
+            "kafka_ts",
+            "session",
+            "op",
+            "row_id",
+            *self._row_names,
+            "batch_id",
+        ]
+        table = self.changes.read_batches(first, last, columns=wanted)
+        return ordered_changes(table).combine_chunks()
+
+
+def check_tables(processor: Any, tables: TableOutputs | None) -> None:
+    """Raise :class:`ConfigError` unless ``tables`` fit the processor."""
+    if tables is None:
+        return
+    if not isinstance(tables, TableOutputs):
+        raise ConfigError(f"tables: expected a TableOutputs, not {type(tables).__name__}")
+    if not isinstance(processor, SessionTables):
+        raise ConfigError(
+            "tables: only session-table pipelines (processor 'sessions') keep current and "
+            f"history tables; the processor is {type(processor).__name__}"
+        )
+
+
+def pipeline_tables(pipeline: Any) -> SessionTablesWriter | None:
+    """The checked table writer of a pipeline (its sink must be bound), or ``None``."""
+    tables: TableOutputs | None = getattr(pipeline, "tables", None)
+    check_tables(pipeline.processor, tables)
+    if tables is None:
+        return None
+    if getattr(pipeline, "initial_state", None) is not None:
+        # Seeded sessions are in the state but not in the change log the tables follow.
+        raise ConfigError("tables: not available with initial_state")
+    from inorder.sessions.materializer import change_log_of
+
+    changes, _ = change_log_of(pipeline.sink)
+    log_path = str(getattr(changes, "path", "")).rstrip("/")
+    for path in (tables.current, tables.history):
+        if path is not None and path.rstrip("/") == log_path:
+            raise ConfigError(f"tables: {path} is the change log itself; give it its own path")
+    writer = SessionTablesWriter(pipeline.processor, pipeline.sink, tables)
+    writer.check()
+    return writer
+
+
+def restore_tables(writer: SessionTablesWriter, first_rolled_back: int) -> list[int]:
+    """Roll each table back to before change-log batch ``first_rolled_back``.
+
+    Each table is restored (deltalake ``restore``) to its last version holding only batches
+    before ``first_rolled_back`` (its creation if none), then a commit with no rows sets its
+    transaction version back to the last batch it holds, so the next run catches it up from
+    the change log. Returns the batch each table holds now (-1: none); a table already there
+    is left alone (a repair applied twice changes nothing).
+    """
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    kept_batches = []
+    for kept in writer._kept:
+        table = kept.table
+        delta = table.open()
+        target, kept_batch = 0, -1
+        for entry in delta.history():  # newest first
+            batch = entry.get(BATCH_KEY)
+            if batch is not None and int(batch) < first_rolled_back:
+                target, kept_batch = int(entry["version"]), int(batch)
+                break
+        committed = table.committed_batch()
+        if committed is None or committed < first_rolled_back:
+            kept_batches.append(-1 if committed is None else committed)
+            continue
+        try:
+            delta.restore(target)
+            write_deltalake(
+                delta,
+                pa.Table.from_pylist([], schema=table.schema),
+                mode="append",
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(table.app_id, kept_batch)],
+                    custom_metadata={BATCH_KEY: str(kept_batch)},
+                ),
+            )
+        except Exception as exc:
+            raise table.failure(f"cannot restore version {target}", exc) from None
+        kept.live = None
+        kept_batches.append(kept_batch)
+    return kept_batches
