@@ -25,9 +25,9 @@ from inorder.dev.simulator import simulate
 from inorder.ops.batchlog import load_batch_log
 from inorder.ops.inspect import state_sizes
 from inorder.ops.target import OpsTarget
+from inorder.pipeline.batch_history import BatchHistory
 from inorder.pipeline.config import build_pipeline
 from inorder.ui.app import create_app
-from inorder.ui.history import BatchHistory
 from inorder.ui.server import UiServer
 from inorder.ui.status import StatusSource
 

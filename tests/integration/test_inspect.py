@@ -108,3 +108,14 @@ def test_inspect_into_a_closed_pipe_is_quiet(clean_run: RunFixture) -> None:
     stderr = process.stderr.read()
     assert process.wait(timeout=120) == 141, stderr
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+
+
+def test_every_run_records_its_batch_history(clean_run: RunFixture) -> None:
+    """A run from Python (no CLI, no status page) keeps each batch's progress line too."""
+    from inorder.pipeline.batch_history import read_history
+
+    target = OpsTarget.load(str(clean_run.toml))
+    log = load_batch_log(target.spark_dir, target.engine)
+    history = read_history(target.checkpoint_root)
+    assert sorted(history) == [b.batch_id for b in log.batches]
+    assert sum(h["records"] for h in history.values()) == clean_run.sim.records

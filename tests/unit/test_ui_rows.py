@@ -9,9 +9,9 @@ from pathlib import Path
 
 from inorder.ops.batchlog import BatchEntry, BatchLog
 from inorder.ops.inspect import PartitionStateInfo, batches
+from inorder.pipeline.batch_history import HISTORY_FILE, BatchHistory, read_history
 from inorder.pipeline.progress import BatchProgress
 from inorder.records import TopicPartition
-from inorder.ui.history import HISTORY_FILE, BatchHistory, read_history
 from inorder.ui.page import render_live
 from inorder.ui.rows import (
     batch_rows,

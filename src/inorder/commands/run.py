@@ -125,16 +125,15 @@ def handle(args: argparse.Namespace) -> int:
                     raise ConfigError(f"--set {dotted} needs a TOML pipeline file")
                 setattr(pipeline, attribute, value)
         settings = RecordedSettings.of(args.pipeline, overrides)
-    from inorder.ui.history import BatchHistory
-
-    # Each batch's progress line is kept beside the checkpoint: the status page shows where
-    # the time went and what was written even after the run stopped.
-    history = BatchHistory(str(pipeline.checkpoint))
-    pipeline.observers = [*pipeline.observers, history]
     server = None
     if args.ui:
         from inorder.ops.target import OpsTarget
+        from inorder.pipeline.batch_history import BatchHistory
 
+        # The run records into this one (the runner adds none of its own), so the page also
+        # shows the history of an object-store checkpoint, kept in memory.
+        history = BatchHistory(str(pipeline.checkpoint))
+        pipeline.observers = [*pipeline.observers, history]
         server = start_ui(args.pipeline, OpsTarget(pipeline), args, "ui-", history)
     try:
         pipeline.run(

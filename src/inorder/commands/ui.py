@@ -15,7 +15,7 @@ from inorder.commands.common import add_pipeline_command, add_run_set_option, op
 
 if TYPE_CHECKING:
     from inorder.ops.target import OpsTarget
-    from inorder.ui.history import BatchHistory
+    from inorder.pipeline.batch_history import BatchHistory
     from inorder.ui.server import UiServer
 
 EXAMPLES = """examples:

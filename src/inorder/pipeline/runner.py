@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from inorder.errors import ConfigError, InorderError
 from inorder.integrity import check_fits
+from inorder.pipeline.batch_history import BatchHistory
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.failures import explain_failure
 from inorder.pipeline.identity import (
@@ -76,7 +77,11 @@ class PipelineRunner:
         self._reports: dict[int, Any] = {}
         self._batches_done = 0
         self._spark: Any = None
-        self._observers = SafeObservers(pipeline.observers)
+        observers = list(pipeline.observers)
+        if not any(isinstance(o, BatchHistory) for o in observers):
+            # Where each batch's time went and what it wrote, kept for the status page.
+            observers.append(BatchHistory(str(pipeline.checkpoint)))
+        self._observers = SafeObservers(observers)
         self._backend: Any = None
         self._materializer: Any = None
         self._tables: Any = None

@@ -1,7 +1,8 @@
 """The status page (``inorder ui``): a read-only, live view of one pipeline's checkpoint.
 
-* :mod:`inorder.ui.history` records each batch's progress line beside the checkpoint (the
-  checkpoint alone does not keep where a batch's time went, nor its output counts);
+* every run records each batch's progress line beside the checkpoint
+  (:mod:`inorder.pipeline.batch_history`: Spark's logs do not keep where a batch's time went,
+  nor its output counts);
 * :mod:`inorder.ui.status` gathers what the page shows from the checkpoint, the output,
   that history and the broker;
 * :mod:`inorder.ui.charts` and :mod:`inorder.ui.page` render it as HTML with inline SVG;

@@ -19,11 +19,11 @@ from typing import Any
 from inorder.ops.batchlog import load_batch_log
 from inorder.ops.inspect import PartitionStateInfo, batches, state_sizes
 from inorder.ops.target import OpsTarget
+from inorder.pipeline.batch_history import BatchHistory, read_history
 from inorder.pipeline.checkpoint_layout import RUN_LOCK_FILE
 from inorder.pipeline.identity import SETTINGS_FIELD
 from inorder.records import TopicPartition
 from inorder.redaction import mask_secrets
-from inorder.ui.history import BatchHistory, read_history
 from inorder.ui.rows import (
     EventRow,
     batch_rows,
