@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Set up inorder in a virtualenv (.venv, or $INORDER_VENV): check Java, then install the
-# package with one set of extras (each includes the one before):
+# Set up inorder in a virtualenv (.venv, or $INORDER_VENV) on Python 3.11 to 3.13 (the
+# newest found, or $PYTHON): check Java, then install the package with one set of extras
+# (each includes the one before):
 #
 #   bash scripts/setup.sh demo           inorder + the local Kafka broker `inorder demo` starts
 #   bash scripts/setup.sh dev-services   + the local S3 server: all that `inorder dev up` runs
 #   bash scripts/setup.sh [dev]          + the test and check tools (the default; scripts/test.sh)
+#   bash scripts/setup.sh --which-python   print the Python it would use, install nothing
 #
 # Spark 4 runs on Java 17 or 21: the one Spark will use ($JAVA_HOME, else `java` on PATH) must
 # be one of them. When neither is installed and this runs as root with apt-get, Java 17 is
@@ -57,8 +59,12 @@ rank_of() {
 
 EXTRAS=${1:-dev}
 case "$EXTRAS" in
+  --which-python)
+    WHICH_PYTHON=1
+    EXTRAS=demo
+    ;;
   -h | --help)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
 esac
@@ -68,70 +74,6 @@ if [ "$(rank_of "$EXTRAS")" = 0 ]; then
 fi
 
 VENV=${INORDER_VENV:-.venv}
-
-# -- Java ------------------------------------------------------------------------------------
-
-# The java Spark starts: $JAVA_HOME/bin/java when JAVA_HOME is set, else the one on PATH.
-java_bin() {
-  if [ -n "${JAVA_HOME:-}" ]; then
-    echo "$JAVA_HOME/bin/java"
-  else
-    command -v java 2>/dev/null || true
-  fi
-}
-
-java_major() {
-  "$1" -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]); exit}'
-}
-
-# A Java 17 or 21 installed but not the one Spark would use (to suggest JAVA_HOME).
-other_java() {
-  local candidate
-  for candidate in /usr/lib/jvm/*/bin/java /Library/Java/JavaVirtualMachines/*/Contents/Home/bin/java; do
-    [ -x "$candidate" ] || continue
-    case "$(java_major "$candidate")" in
-      17 | 21) echo "${candidate%/bin/java}"; return ;;
-    esac
-  done
-}
-
-java_ok() {
-  local bin
-  bin=$(java_bin)
-  [ -n "$bin" ] && [ -x "$bin" ] || return 1
-  case "$(java_major "$bin")" in
-    17 | 21) return 0 ;;
-  esac
-  return 1
-}
-
-describe_java() {
-  local bin
-  bin=$(java_bin)
-  if [ -z "$bin" ] || [ ! -x "$bin" ]; then
-    echo "none${JAVA_HOME:+ (JAVA_HOME=$JAVA_HOME has no bin/java)}"
-  else
-    echo "Java $(java_major "$bin") at $bin"
-  fi
-}
-
-if ! java_ok; then
-  if [ -z "$(other_java)" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    log "neither Java 17 nor 21 found ($(describe_java)): installing openjdk-17-jre-headless"
-    apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
-  fi
-fi
-if ! java_ok; then
-  log "error: Spark 4 needs Java 17 or 21; the java Spark would start is: $(describe_java)."
-  found=$(other_java)
-  if [ -n "$found" ]; then
-    log "Java $(java_major "$found/bin/java") is installed at $found: export JAVA_HOME=$found"
-  else
-    log "install one, e.g. 'sudo apt-get install openjdk-17-jre-headless', or set JAVA_HOME"
-  fi
-  exit 1
-fi
-log "using $(describe_java)"
 
 # -- Python and the virtualenv ---------------------------------------------------------------
 
@@ -208,6 +150,77 @@ if [ -x "$VENV/bin/python" ] && [ "$(version_of "$VENV/bin/python")" != "$PYTHON
   exit 1
 fi
 log "using Python $PYTHON_VERSION ($PYTHON)"
+
+# --which-python: print the interpreter this would use (INORDER_PYTHON_VERSION applies) and stop.
+if [ "${WHICH_PYTHON:-0}" = "1" ]; then
+  echo "$PYTHON"
+  exit 0
+fi
+
+# -- Java ------------------------------------------------------------------------------------
+
+# The java Spark starts: $JAVA_HOME/bin/java when JAVA_HOME is set, else the one on PATH.
+java_bin() {
+  if [ -n "${JAVA_HOME:-}" ]; then
+    echo "$JAVA_HOME/bin/java"
+  else
+    command -v java 2>/dev/null || true
+  fi
+}
+
+java_major() {
+  "$1" -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]); exit}'
+}
+
+# A Java 17 or 21 installed but not the one Spark would use (to suggest JAVA_HOME).
+other_java() {
+  local candidate
+  for candidate in /usr/lib/jvm/*/bin/java /Library/Java/JavaVirtualMachines/*/Contents/Home/bin/java; do
+    [ -x "$candidate" ] || continue
+    case "$(java_major "$candidate")" in
+      17 | 21) echo "${candidate%/bin/java}"; return ;;
+    esac
+  done
+}
+
+java_ok() {
+  local bin
+  bin=$(java_bin)
+  [ -n "$bin" ] && [ -x "$bin" ] || return 1
+  case "$(java_major "$bin")" in
+    17 | 21) return 0 ;;
+  esac
+  return 1
+}
+
+describe_java() {
+  local bin
+  bin=$(java_bin)
+  if [ -z "$bin" ] || [ ! -x "$bin" ]; then
+    echo "none${JAVA_HOME:+ (JAVA_HOME=$JAVA_HOME has no bin/java)}"
+  else
+    echo "Java $(java_major "$bin") at $bin"
+  fi
+}
+
+if ! java_ok; then
+  if [ -z "$(other_java)" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    log "neither Java 17 nor 21 found ($(describe_java)): installing openjdk-17-jre-headless"
+    apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  fi
+fi
+if ! java_ok; then
+  log "error: Spark 4 needs Java 17 or 21; the java Spark would start is: $(describe_java)."
+  found=$(other_java)
+  if [ -n "$found" ]; then
+    log "Java $(java_major "$found/bin/java") is installed at $found: export JAVA_HOME=$found"
+  else
+    log "install one, e.g. 'sudo apt-get install openjdk-17-jre-headless', or set JAVA_HOME"
+  fi
+  exit 1
+fi
+log "using $(describe_java)"
+
 
 stamp="$VENV/.inorder-installed"
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)

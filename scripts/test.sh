@@ -33,6 +33,30 @@ fi
 [ "$code" = "0" ] || exit "$code"
 [ "$#" = "0" ] || exit 0 # a chosen subset: the other Pythons are not part of it
 
+# The built wheel, installed by pip into a clean Python 3.12 virtualenv (not this checkout's
+# editable install), runs `inorder demo`: what a user who pip-installs inorder gets.
+# INORDER_TEST_WHEEL=0 skips this.
+if [ "${INORDER_TEST_WHEEL:-1}" != "0" ]; then
+  echo "== the built wheel in a clean Python 3.12 virtualenv: inorder demo"
+  set +e
+  py312=$(INORDER_PYTHON_VERSION=3.12 INORDER_VENV=/nonexistent bash scripts/setup.sh --which-python)
+  found=$?
+  set -e
+  if [ "$found" = "3" ]; then
+    echo "== Python 3.12 is not installed on this machine: the wheel check is SKIPPED"
+  elif [ "$found" != "0" ]; then
+    exit "$found"
+  else
+    wheel_dir=$(mktemp -d)
+    "$VENV/bin/python" -m pip wheel -q --no-deps -w "$wheel_dir/dist" .
+    "$py312" -m venv "$wheel_dir/venv"
+    "$wheel_dir/venv/bin/python" -m pip install -q "$(ls "$wheel_dir"/dist/inorder-*.whl)[demo]"
+    (cd "$wheel_dir" && PYSPARK_PYTHON="$wheel_dir/venv/bin/python" \
+      PYSPARK_DRIVER_PYTHON="$wheel_dir/venv/bin/python" "$wheel_dir/venv/bin/inorder" demo)
+    rm -rf "$wheel_dir"
+  fi
+fi
+
 # The oldest and newest supported Python (whichever the whole suite did not run on): the unit
 # suite and one real-broker, real-Spark end-to-end run, each in its own virtualenv.
 # INORDER_TEST_OTHER_PYTHONS=0 skips this.

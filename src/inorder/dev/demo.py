@@ -14,7 +14,8 @@ from pathlib import Path
 
 from inorder.errors import InorderError
 
-EXAMPLE_PIPELINE = Path(__file__).resolve().parents[3] / "examples" / "sessions.toml"
+#: The session pipeline the demo runs (shipped in the package; examples/sessions.toml links to it).
+EXAMPLE_PIPELINE = Path(__file__).with_name("sessions.toml")
 
 
 @dataclass
