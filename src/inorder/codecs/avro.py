@@ -12,12 +12,53 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Protocol, overload, runtime_checkable
 
 from inorder.codecs.base import Codec
-from inorder.codecs.registry_base import Deserialize, Msg, RegistryCodec, as_registry
+from inorder.codecs.registry_base import Msg, RegistryCodec, as_registry
 from inorder.codecs.registry_client import SchemaRegistry, registry_client
+from inorder.codecs.registry_fast import Deserialize, PayloadDecoder, Prepare
 from inorder.errors import ConfigError
+
+
+@runtime_checkable
+class _ResolvedSchemas(Protocol):
+    """What the fast path reads from confluent-kafka's ``AvroDeserializer``: the writer schema
+    by id through its registry client, parsed (named references resolved) and cached by it,
+    and the reader schema it parsed from ``schema_str``."""
+
+    _schema: Any
+    _reader_schema: Any
+
+    def _get_writer_schema(self, schema_id: Any, subject: str | None = None) -> Any: ...
+
+    def _get_parsed_schema(self, schema: Any) -> Any: ...
+
+
+def _avro_prepare(deserializer: _ResolvedSchemas) -> Prepare:
+    """Payload decoders from the schemas ``deserializer`` resolved for a writer schema id."""
+    from fastavro import schemaless_reader
+
+    def prepare(schema_id: Any) -> PayloadDecoder | None:
+        # The deserializer has just decoded a record with this id without a subject, so both
+        # lookups hit its caches; the choice of reader schema is the one it makes then.
+        writer = deserializer._get_parsed_schema(deserializer._get_writer_schema(schema_id))
+        if writer == "bytes" or (isinstance(writer, dict) and writer.get("type") == "bytes"):
+            return None  # confluent returns such payloads raw, not through fastavro
+        reader = writer
+        if deserializer._schema is not None and deserializer._reader_schema is not None:
+            reader = deserializer._reader_schema
+        if reader == writer:
+            reader = None  # what schemaless_reader does itself, decided once
+
+        def decode(value: bytes, start: int) -> Any:
+            payload = io.BytesIO(value)
+            payload.seek(start)
+            return schemaless_reader(payload, writer, reader, False)
+
+        return decode
+
+    return prepare
 
 
 def read_schema_text(schema: str | Path, option: str) -> str:
@@ -129,9 +170,12 @@ class AvroCodec(RegistryCodec[Msg]):
             self.writer_schema,
         )
 
-    def _build(self) -> Deserialize:
+    #: confluent's AvroDeserializer refuses values of 5 bytes or fewer before reading them.
+    _min_length = 6
+
+    def _paths(self) -> tuple[Deserialize, Prepare | None]:
         if self.registry is None:
-            return self._build_plain()
+            return self._build_plain(), None
         from confluent_kafka.schema_registry.avro import AvroDeserializer
 
         deserializer = AvroDeserializer(
@@ -144,7 +188,9 @@ class AvroCodec(RegistryCodec[Msg]):
         def deserialize(value: bytes) -> Any:
             return deserializer(value, ctx)
 
-        return deserialize
+        if not isinstance(deserializer, _ResolvedSchemas):
+            return deserialize, None  # a confluent-kafka without these: its deserializer only
+        return deserialize, _avro_prepare(deserializer)
 
     def _build_plain(self) -> Deserialize:
         from fastavro import parse_schema, schemaless_reader

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from inorder.codecs.base import Codec
-from inorder.codecs.registry_base import Deserialize, Msg, RegistryCodec, as_registry
+from inorder.codecs.registry_base import Msg, RegistryCodec, as_registry
 from inorder.codecs.registry_client import SchemaRegistry, registry_client
+from inorder.codecs.registry_fast import Deserialize, Prepare
 from inorder.errors import ConfigError
 
 
@@ -54,7 +55,7 @@ class JsonSchemaCodec(RegistryCodec[Msg]):
     def _settings(self) -> tuple[Any, ...]:
         return (*super()._settings(), self.validate)
 
-    def _build(self) -> Deserialize:
+    def _paths(self) -> tuple[Deserialize, Prepare | None]:
         from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 
         assert self.registry is not None
@@ -69,4 +70,5 @@ class JsonSchemaCodec(RegistryCodec[Msg]):
         def deserialize(value: bytes) -> Any:
             return deserializer(value, ctx)
 
-        return deserialize
+        # confluent's deserializer for every record: the fast path covers Avro and Protobuf.
+        return deserialize, None

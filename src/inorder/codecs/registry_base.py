@@ -7,7 +7,8 @@ that brings its own JSON codec (the session processor) can take the data through
 instead (``via=``): it is re-encoded as JSON and decoded with every check that codec makes.
 
 Only settings are pickled; the deserializer (and the registry client behind it) is built on
-first use in each worker process.
+first use in each worker process. Framed records take confluent's deserializer for the first
+record of each writer schema and a cached decoder after (:mod:`inorder.codecs.registry_fast`).
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ import msgspec
 from inorder.codecs.base import Codec, DecodeError
 from inorder.codecs.json import _reason
 from inorder.codecs.registry_client import SchemaRegistry, translate
+from inorder.codecs.registry_fast import Deserialize, Prepare, pick_path
 from inorder.errors import ConfigError
 from inorder.schema import prepare_for_pickling, type_name
 
 Msg = TypeVar("Msg")
-
-Deserialize = Callable[[bytes], Any]
 
 _PASS_THROUGH = (dict, Any, object)
 #: Deserializers built in this process, by codec settings: tasks of one worker share them.
@@ -144,9 +144,24 @@ class RegistryCodec(Generic[Msg]):
     def _context(self) -> Any:
         return serialization_context(self.subject_name_strategy, self.subject_topic)
 
+    def _paths(self) -> tuple[Deserialize, Prepare | None]:
+        """confluent's deserializer (or, without a registry, the plain decoder) and how to
+        build the fast path's payload decoder for a writer schema (None: no fast path)."""
+        raise NotImplementedError
+
+    #: Values shorter than this never take the fast path (see ``SchemaCache``).
+    _min_length: ClassVar[int] = 0
+
     def _build(self) -> Deserialize:
         """A function from a record value to plain Python data (or a Protobuf message)."""
-        raise NotImplementedError
+        slow, prepare = self._paths()
+        return pick_path(
+            slow,
+            prepare,
+            self.schema_type,
+            subject_name_strategy=self.subject_name_strategy,
+            min_length=self._min_length,
+        )
 
     def _plain(self, obj: Any) -> Any:
         """The deserializer's result as plain Python data (Protobuf messages override)."""
@@ -222,7 +237,10 @@ class RegistryCodec(Generic[Msg]):
         """
         if not value:
             raise DecodeError("empty value")
-        deserialize = self._deserialize or self._deserializer()
+        return self._decode_with(self._deserialize or self._deserializer(), value, key)
+
+    def _decode_with(self, deserialize: Deserialize, value: bytes, key: bytes | None) -> Msg:
+        """:meth:`decode` with a given deserializer (tests compare the two paths with it)."""
         try:
             obj = self._plain(deserialize(value))
         except DecodeError:
