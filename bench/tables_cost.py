@@ -3,9 +3,10 @@
 Two outputs get the same change rows, batch after batch, alternating: the change log alone
 (its staged write and commit, as the driver does at the end of a batch), and the change log
 followed by ``SessionTablesWriter.after_commit`` keeping both tables. Prints the median time
-per batch of each and the ratio. Without Spark and Kafka: this is the part of a batch the
-tables change; a real batch also spends time reading and applying records, so the ratio
-against a whole batch is lower than the one printed.
+per batch of each (the tables' step also in CPU seconds of the process) and the ratio.
+Without Spark and Kafka: this is the part of a batch the tables change; a real batch also
+spends time reading and applying records, so the ratio against a whole batch is lower than
+the one printed.
 
     .venv/bin/python bench/tables_cost.py --batches 8 --changes 100000
 """
@@ -13,6 +14,7 @@ against a whole batch is lower than the one printed.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import tempfile
@@ -113,7 +115,12 @@ def main() -> None:
         tables = SessionTablesWriter(SessionTables(), logged, outputs)
         tables.check()
         gen = Generator(args.sessions)
-        times: dict[str, list[float]] = {"change log": [], "with tables": [], "tables": []}
+        times: dict[str, list[float]] = {
+            "change log": [],
+            "with tables": [],
+            "tables": [],
+            "tables cpu": [],
+        }
         for b in range(args.batches):
             table = gen.batch(b, args.changes)
             started = time.perf_counter()
@@ -121,12 +128,18 @@ def main() -> None:
             times["change log"].append(time.perf_counter() - started)
             started = time.perf_counter()
             commit(logged, b, table)
+            # CPU time of the whole process (delta-rs threads included): steadier than the
+            # wall clock on a shared machine.
+            cpu = time.process_time()
             report = tables.after_commit(b)
+            times["tables cpu"].append(time.process_time() - cpu)
             times["with tables"].append(time.perf_counter() - started)
             times["tables"].append(report.seconds)
             print(
                 f"batch {b}: {table.num_rows} changes, change log "
-                f"{times['change log'][-1]:.2f} s, with tables {times['with tables'][-1]:.2f} s"
+                f"{times['change log'][-1]:.2f} s, with tables {times['with tables'][-1]:.2f} s "
+                f"(tables {times['tables'][-1]:.2f} s, {times['tables cpu'][-1]:.2f} s CPU), "
+                f"load {os.getloadavg()[0]:.2f}"
             )
         medians = {k: statistics.median(v) for k, v in times.items()}
         for name, value in medians.items():

@@ -36,11 +36,16 @@ from inorder.sessions.tables_delta import (
     DeltaTableOutput,
     query_dataset,
 )
+from inorder.sessions.tables_ops import (
+    format_table_status,
+    ops_writer,
+    restore_tables,
+    table_status,
+)
 from inorder.sessions.tables_writer import (
     SessionTablesWriter,
     TableOutputs,
     pipeline_tables,
-    restore_tables,
 )
 from inorder.sinks.delta import DeltaSink
 
@@ -149,8 +154,8 @@ def test_tables_follow_the_change_log_through_failures_and_restore(
         storage_options=options,
     )
 
-    def writer() -> SessionTablesWriter:
-        w = SessionTablesWriter(SessionTables(), changes, outputs)
+    def writer(catch_up_batches: int = 8) -> SessionTablesWriter:
+        w = SessionTablesWriter(SessionTables(), changes, outputs, catch_up_batches)
         w.check()
         return w
 
@@ -204,9 +209,34 @@ def test_tables_follow_the_change_log_through_failures_and_restore(
     assert restore_tables(w, 4) == [3, 3]  # applied twice: nothing more
     before_4 = log_rows.filter(pc.less(log_rows.column("batch_id"), 4))
     assert current_tables(current_path, options) == non_empty(rebuild_tables(before_4))
-    assert writer().after_commit(batches - 1).caught_up == batches - 1 - 4
+    # Caught up two batches per commit: 4-5, 6-7, 8.
+    assert writer(catch_up_batches=2).after_commit(batches - 1).caught_up == batches - 1 - 4
     assert current_tables(current_path, options) == expected
     assert check_history(log_rows, history_path, options, 30) == 30
+
+    # What `inorder inspect` shows: the last batch and the offsets of the newest commits.
+    status = table_status(writer(), limit=3)
+    assert [t["table"] for t in status] == ["current", "history"]
+    for t in status:
+        assert t["last_batch"] == batches - 1
+        commits = [(c["first_batch"], c["batch"]) for c in t["commits"]]
+        assert commits == [(8, 8), (6, 7), (4, 5)], commits
+        for c in t["commits"]:
+            assert c["offsets"] == offsets_of(log_rows, c["first_batch"], c["batch"])
+    lines = format_table_status(status)
+    assert lines[0].endswith("holds change-log batches through 8"), lines
+    assert any("batches 6..7" in line for line in lines), lines
+
+
+def offsets_of(changes: pa.Table, first: int, last: int) -> dict[str, list[int]]:
+    """``{"topic/partition": [first, last]}`` offsets of the change rows of batches first..last."""
+    out: dict[str, list[int]] = {}
+    for r in changes.to_pylist():
+        if first <= r["batch_id"] <= last:
+            key = f"{r['topic']}/{r['partition']}"
+            lo, hi = out.get(key, [r["offset"], r["offset"]])
+            out[key] = [min(lo, r["offset"]), max(hi, r["offset"])]
+    return out
 
 
 def test_end_drop_and_typed_rows(tmp_path: Path) -> None:
@@ -234,6 +264,24 @@ def test_end_drop_and_typed_rows(tmp_path: Path) -> None:
         got.setdefault((r["topic"], r["session"]), {})[r["row_id"]] = {"id": r["id"], "v": r["v"]}
     assert got == non_empty(rebuild_tables(ended))
     assert rows.filter(pc.equal(rows.column("op"), "end")).num_rows > 0
+
+
+def test_a_history_table_of_another_layout_is_refused(tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    from inorder.sessions.tables_delta import TablesError, history_schema
+
+    schema = history_schema(SCHEMA, ["row"])
+    DeltaTable.create(str(tmp_path / "history"), schema, partition_by=["topic"])
+    table = DeltaTableOutput("history", str(tmp_path / "history"), schema)
+    with pytest.raises(
+        TablesError, match=r"partitioned by \['topic'\], not \['topic', 'is_current'\]"
+    ):
+        table.check()
+    fresh = DeltaTableOutput("history", str(tmp_path / "fresh"), schema)
+    assert not fresh.exists()
+    fresh.check()
+    assert fresh.exists() and fresh.open().metadata().partition_columns == ["topic", "is_current"]
 
 
 def test_tables_need_the_session_processor(tmp_path: Path) -> None:
@@ -331,6 +379,66 @@ def test_pipeline_tables_match_ground_truth_and_survive_a_crash(
     monotonic = all(a <= b for part in _by_partition(changes) for a, b in itertools.pairwise(part))
     if monotonic:
         assert got == non_empty(rebuild_tables(upto))
+
+    repair_and_inspect(cfg, tables, options, tmp_path)
+
+
+def repair_and_inspect(
+    cfg: dict[str, Any], tables: dict[str, Any], options: dict[str, str] | None, work: Path
+) -> None:
+    """`inorder inspect` shows the tables; `inorder repair` restores them to before the first
+    batch whose change rows it deletes, and the next run brings them back to the change log."""
+    from inorder.ops.inspect import format_inspect, inspect_all
+    from inorder.ops.repair import apply_repair, plan_repair
+    from inorder.ops.target import OpsTarget
+    from inorder.records import TopicPartition
+
+    changes = read_changes(str(work / "output"))
+    last = int(pc.max(changes.column("batch_id")).as_py())
+    doc = inspect_all(OpsTarget(build_pipeline(cfg)), True, False)
+    assert [t["last_batch"] for t in doc["tables"]] == [last, last]
+    newest = doc["tables"][0]["commits"][0]
+    assert newest["offsets"] == offsets_of(changes, newest["first_batch"], newest["batch"])
+    assert any(line.startswith("current table") for line in format_inspect(doc))
+
+    # A failure point in the middle of the busiest partition.
+    parts = changes.group_by(["topic", "partition"]).aggregate([("offset", "count")])
+    busiest = parts.sort_by([("offset_count", "descending")]).to_pylist()[0]
+    tp = TopicPartition(busiest["topic"], busiest["partition"])
+    mine = changes.filter(
+        pc.and_(
+            pc.equal(changes.column("topic"), tp.topic),
+            pc.equal(changes.column("partition"), tp.partition),
+        )
+    )
+    at = sorted(mine.column("offset").to_pylist())[mine.num_rows // 2]
+    target = OpsTarget(build_pipeline(cfg))
+    plan = plan_repair(target, at_offsets={tp: at})
+    assert plan.tables_from_batch is not None and plan.tables_from_batch <= last
+    assert all(t.needed for t in plan.tables), plan.tables
+    assert any("catches it up from the change log" in line for line in plan.lines())
+    apply_repair(target, plan)
+    for t in table_status(ops_writer(build_pipeline(cfg)) or _fail()):
+        assert t["last_batch"] == plan.tables_from_batch - 1, t
+    # Applied again: nothing left to restore.
+    again = plan_repair(OpsTarget(build_pipeline(cfg)), at_offsets={tp: at})
+    assert not any(t.needed for t in again.tables)
+
+    assert build_pipeline(cfg).run().stopped_because == "caught up"
+    changes = read_changes(str(work / "output"))
+    assert duplicate_change_rows(changes) == 0
+    assert int(pc.max(changes.column("batch_id")).as_py()) > last  # ids continue after a repair
+    expected = non_empty(rebuild_tables(changes))
+    assert current_tables(tables["current"], options) == expected
+    history = pl.read_delta(tables["history"], storage_options=options)
+    # No version twice: the restored tables did not apply the re-made change rows again.
+    assert history.select(["topic", "session", "row_id", "valid_from_offset"]).is_unique().all()
+    assert history.filter(pl.col("is_current")).height == sum(map(len, expected.values()))
+    assert check_history(changes, tables["history"], options, 30) == 30
+
+
+def _fail() -> Any:
+    raise AssertionError("the pipeline keeps no tables")
 
 
 def _by_partition(changes: pa.Table) -> list[list[Any]]:

@@ -25,15 +25,7 @@ from hypothesis import strategies as st
 from inorder.schema import output_schema
 from inorder.sessions import SessionChange, rebuild_tables
 from inorder.sessions.rebuild import ordered_changes
-from inorder.sessions.tables_plan import (
-    BatchPlan,
-    ChangeColumns,
-    Close,
-    EndMode,
-    Version,
-    apply_live,
-    plan_batch,
-)
+from inorder.sessions.tables_plan import BatchPlan, EndMode, live_table, no_live, plan_batch
 
 SCHEMA = output_schema(SessionChange)
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -128,46 +120,47 @@ class ModelTables:
         self.history: list[dict[str, Any]] = []
         self.committed = {"current": -1, "history": -1}
 
-    def live(self, kind: str) -> dict[tuple[str, str], set[str]]:
+    def live(self, kind: str) -> pa.Table:
         keys = (
             list(self.current)
             if kind == "current"
             else [(v["topic"], v["session"], v["row_id"]) for v in self.history if v["current"]]
         )
-        live: dict[tuple[str, str], set[str]] = {}
-        for topic, session, rid in keys:
-            live.setdefault((topic, session), set()).add(rid)
-        return live
+        if not keys:
+            return no_live()
+        topics, sessions, row_ids = zip(*keys, strict=True)
+        return live_table(pa.table({"topic": topics, "session": sessions, "row_id": row_ids}))
 
     def merge(self, kind: str, plan: BatchPlan, changes: list[dict[str, Any]], last: int) -> None:
         if kind == "current":
-            for key in plan.deletes:
-                del self.current[key]
-            for i in plan.upserts:
+            for d in plan.deletes.to_pylist():
+                del self.current[(d["topic"], d["session"], d["row_id"])]
+            for i in plan.upserts.to_pylist():
                 c = changes[i]
                 self.current[(c["topic"], c["session"], c["row_id"])] = c
         else:
-            for close in plan.closes:
+            for close in plan.closes.to_pylist():
                 self._close(close, changes)
-            for v in plan.versions:
+            for v in plan.versions.to_pylist():
                 self.history.append(_version(v, changes))
         self.committed[kind] = last
 
-    def _close(self, close: Close, changes: list[dict[str, Any]]) -> None:
+    def _close(self, close: dict[str, Any], changes: list[dict[str, Any]]) -> None:
+        key = (close["topic"], close["session"], close["row_id"])
         matches = [
             v
             for v in self.history
-            if v["current"] and (v["topic"], v["session"], v["row_id"]) == close.key
+            if v["current"] and (v["topic"], v["session"], v["row_id"]) == key
         ]
-        assert len(matches) == 1, f"close of {close.key}: {len(matches)} open versions"
-        end = changes[close.index]
+        assert len(matches) == 1, f"close of {key}: {len(matches)} open versions"
+        end = changes[close["index"]]
         matches[0].update(current=False, to=end["offset"], to_ts=end["kafka_ts"])
-        matches[0]["closed_by"] = close.closed_by
+        matches[0]["closed_by"] = close["closed_by"]
 
 
-def _version(v: Version, changes: list[dict[str, Any]]) -> dict[str, Any]:
-    c = changes[v.index]
-    end = None if v.closed_at is None else changes[v.closed_at]
+def _version(v: dict[str, Any], changes: list[dict[str, Any]]) -> dict[str, Any]:
+    c = changes[v["index"]]
+    end = None if v["closed_at"] is None else changes[v["closed_at"]]
     return {
         "topic": c["topic"],
         "partition": c["partition"],
@@ -179,7 +172,7 @@ def _version(v: Version, changes: list[dict[str, Any]]) -> dict[str, Any]:
         "to": None if end is None else end["offset"],
         "to_ts": None if end is None else end["kafka_ts"],
         "current": end is None,
-        "closed_by": v.closed_by,
+        "closed_by": v["closed_by"],
     }
 
 
@@ -188,7 +181,7 @@ def run_batches(
 ) -> ModelTables:
     """Apply the log batch by batch as the writer does; returns the tables."""
     model = ModelTables()
-    live: dict[str, dict[tuple[str, str], set[str]] | None] = {"current": None, "history": None}
+    live: dict[str, pa.Table | None] = {"current": None, "history": None}
     through = {"current": -1, "history": -1}
     last = max(log.column("batch_id").to_pylist(), default=-1)
     for b in range(last + 1):
@@ -209,14 +202,13 @@ def run_batches(
                     )
                 )
                 ordered = ordered_changes(window)
-                columns = ChangeColumns(
-                    *(ordered.column(c).to_pylist() for c in ("topic", "session", "op", "row_id"))
-                )
                 known = live[kind]
                 assert known is not None
-                plan = plan_batch(known, columns, end)
+                plan = plan_batch(known, ordered, end)
                 model.merge(kind, plan, ordered.to_pylist(), b)
-                apply_live(known, plan)
+                # The keys the plan says are live are the ones the tables hold.
+                assert _keys(plan.live) == _keys(model.live(kind))
+                live[kind] = plan.live
                 through[kind] = b
     return model
 
@@ -308,45 +300,78 @@ def test_tables_equal_the_rebuilt_change_log(
     check(log, model, end)
 
 
-def after(plan: BatchPlan, live: dict[tuple[str, str], set[str]]) -> dict[Any, set[str]]:
-    apply_live(live, plan)
-    return live
+def _keys(live: pa.Table) -> list[tuple[str, str, str]]:
+    return sorted((k["topic"], k["session"], k["row_id"]) for k in live.to_pylist())
+
+
+def changes(ops: list[str], row_ids: list[str | None]) -> pa.Table:
+    n = len(ops)
+    columns = {"topic": ["t"] * n, "session": ["s"] * n, "op": ops, "row_id": row_ids}
+    return pa.table({k: pa.array(v, pa.string()) for k, v in columns.items()})
+
+
+def live_of(*row_ids: str) -> pa.Table:
+    n = len(row_ids)
+    return live_table(pa.table({"topic": ["t"] * n, "session": ["s"] * n, "row_id": row_ids}))
 
 
 def test_snapshot_closes_unlisted_rows_and_reopens_listed_ones() -> None:
-    changes = ChangeColumns(
-        topics=["t"] * 4,
-        sessions=["s"] * 4,
-        ops=["clear", "insert", "update", "end"],
-        row_ids=[None, "a", "b", None],
-    )
-    plan = plan_batch({("t", "s"): {"a", "b", "c"}}, changes, end="drop")
-    assert sorted((c.key[2], c.index, c.closed_by) for c in plan.closes) == [
+    batch = changes(["clear", "insert", "update", "end"], [None, "a", "b", None])
+    plan = plan_batch(live_of("a", "b", "c"), batch, end="drop")
+    closes = plan.closes.to_pylist()
+    assert sorted((c["row_id"], c["index"], c["closed_by"]) for c in closes) == [
         ("a", 0, "snapshot"),
         ("b", 0, "snapshot"),
         ("c", 0, "snapshot"),
     ]
-    assert plan.versions == [Version(1, 3, "end"), Version(2, 3, "end")]
-    assert sorted(plan.deletes) == [("t", "s", "a"), ("t", "s", "b"), ("t", "s", "c")]
-    assert plan.upserts == [] and after(plan, {("t", "s"): {"a", "b", "c"}}) == {}
+    assert plan.versions.to_pylist() == [
+        {"index": 1, "closed_at": 3, "closed_by": "end"},
+        {"index": 2, "closed_at": 3, "closed_by": "end"},
+    ]
+    assert _keys(plan.deletes) == [("t", "s", "a"), ("t", "s", "b"), ("t", "s", "c")]
+    assert plan.upserts.to_pylist() == [] and plan.live.num_rows == 0
 
-    kept = plan_batch({("t", "s"): {"a", "b", "c"}}, changes, end="keep")
-    assert kept.upserts == [1, 2] and sorted(kept.deletes) == [("t", "s", "c")]
-    assert kept.versions == [Version(1), Version(2)]
+    kept = plan_batch(live_of("a", "b", "c"), batch, end="keep")
+    assert kept.upserts.to_pylist() == [1, 2] and _keys(kept.deletes) == [("t", "s", "c")]
+    assert kept.versions.to_pylist() == [
+        {"index": 1, "closed_at": None, "closed_by": None},
+        {"index": 2, "closed_at": None, "closed_by": None},
+    ]
+    assert _keys(kept.live) == [("t", "s", "a"), ("t", "s", "b")]
+
+
+def test_versions_end_at_the_next_change_of_their_key_or_a_wipe() -> None:
+    batch = changes(
+        ["insert", "update", "insert", "delete", "insert", "reset", "insert", "insert"],
+        ["a", "a", "b", "a", "a", None, "b", "c"],
+    )
+    plan = plan_batch(live_of("z"), batch)
+    assert plan.versions.to_pylist() == [
+        {"index": 0, "closed_at": 1, "closed_by": "update"},
+        {"index": 1, "closed_at": 3, "closed_by": "delete"},
+        {"index": 2, "closed_at": 5, "closed_by": "reset"},
+        {"index": 4, "closed_at": 5, "closed_by": "reset"},
+        {"index": 6, "closed_at": None, "closed_by": None},
+        {"index": 7, "closed_at": None, "closed_by": None},
+    ]
+    assert plan.closes.to_pylist() == [
+        {"topic": "t", "session": "s", "row_id": "z", "index": 5, "closed_by": "reset"}
+    ]
+    assert plan.upserts.to_pylist() == [6, 7] and _keys(plan.deletes) == [("t", "s", "z")]
+    assert not plan.empty and plan_batch(no_live(), changes([], [])).empty
 
 
 def test_untouched_rows_are_not_written() -> None:
-    changes = ChangeColumns(["t", "t"], ["s", "s"], ["update", "delete"], ["a", "b"])
-    plan = plan_batch({("t", "s"): {"a", "b", "c"}}, changes)
-    assert plan.upserts == [0] and plan.deletes == [("t", "s", "b")]
-    assert [c.closed_by for c in plan.closes] == ["update", "delete"]
-    assert after(plan, {("t", "s"): {"a", "b", "c"}}) == {("t", "s"): {"a", "c"}}
+    plan = plan_batch(live_of("a", "b", "c"), changes(["update", "delete"], ["a", "b"]))
+    assert plan.upserts.to_pylist() == [0] and _keys(plan.deletes) == [("t", "s", "b")]
+    assert plan.closes.column("closed_by").to_pylist() == ["update", "delete"]
+    assert _keys(plan.live) == [("t", "s", "a"), ("t", "s", "c")]
 
 
 def test_refuses_what_is_not_a_change_log() -> None:
-    with pytest.raises(ValueError, match="unknown op 'upsert'"):
-        plan_batch({}, ChangeColumns(["t"], ["s"], ["upsert"], ["a"]))
+    with pytest.raises(ValueError, match="change 1 of session 's': unknown op 'upsert'"):
+        plan_batch(no_live(), changes(["insert", "upsert", "update"], ["a", "a", None]))
     with pytest.raises(ValueError, match="update without a row_id"):
-        plan_batch({}, ChangeColumns(["t"], ["s"], ["update"], [None]))
+        plan_batch(no_live(), changes(["insert", "update", "upsert"], ["a", None, "a"]))
     with pytest.raises(ValueError, match="end must be"):
-        plan_batch({}, ChangeColumns([], [], [], []), end="forget")  # type: ignore[arg-type]
+        plan_batch(no_live(), changes([], []), end="forget")  # type: ignore[arg-type]

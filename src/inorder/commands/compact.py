@@ -16,6 +16,7 @@ EXAMPLES = """examples:
   inorder compact s3://bucket/stats --dry-run            show what would be merged
   inorder compact s3://bucket/stats --target-file-size 256MB
   inorder compact s3://bucket/table --format delta --retention-hours 168
+  inorder compact /data/warehouse --format iceberg --table sessions.changes
 
 S3 endpoint and credentials come from the AWS_* environment variables
 (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION) or --storage-option.
@@ -54,17 +55,24 @@ def register(subparsers: Any) -> None:
     parser = add_command(
         subparsers,
         "compact",
-        help="merge small files of a Parquet dataset or Delta table",
+        help="merge small files of a Parquet dataset, Delta or Iceberg table",
         description="Merge small files of an inorder Parquet dataset (rewrite and swap under "
-        "the commit protocol) or a Delta table (optimize + vacuum).",
+        "the commit protocol), a Delta table (optimize + vacuum) or an Iceberg table (one "
+        "overwrite snapshot; batch summaries stay the exactly-once record).",
         epilog=EXAMPLES,
     )
     parser.add_argument("path", help="dataset location: local path or s3://bucket/prefix")
     parser.add_argument(
         "--format",
-        choices=["auto", "parquet", "delta"],
+        choices=["auto", "parquet", "delta", "iceberg"],
         default="auto",
-        help="dataset format (default: delta if PATH has a _delta_log, else parquet)",
+        help="dataset format (default: delta if PATH has a _delta_log, else parquet; "
+        "iceberg: PATH is the warehouse, with --table)",
+    )
+    parser.add_argument("--table", help="Iceberg: the table, namespace.name")
+    parser.add_argument(
+        "--catalog-file",
+        help="Iceberg: the SQL catalog's SQLite file (default PATH/catalog.db)",
     )
     parser.add_argument(
         "--target-file-size", default="128MB", help="size of merged files (default 128MB)"
@@ -120,7 +128,10 @@ def _run(args: argparse.Namespace, storage: dict[str, str] | None, target: int) 
         "target_file_size": target,
         "dry_run": args.dry_run,
     }
-    if fmt == "delta":
+    if fmt == "iceberg" or args.table:
+        fmt = "iceberg"
+        report = _compact_iceberg(args, storage, target)
+    elif fmt == "delta":
         report = compact_delta(args.path, retention_hours=args.retention_hours, **how)
     else:
         report = compact_parquet(args.path, grace_seconds=args.grace_seconds, **how)
@@ -131,3 +142,17 @@ def _run(args: argparse.Namespace, storage: dict[str, str] | None, target: int) 
     else:
         print(f"{args.path} ({fmt}): {report.summary()}")
     return 0
+
+
+def _compact_iceberg(args: argparse.Namespace, storage: dict[str, str] | None, target: int) -> Any:
+    from inorder.sinks.iceberg import IcebergSink
+    from inorder.sinks.iceberg_compaction import compact_iceberg
+
+    if not args.table:
+        raise ConfigError("--format iceberg needs --table namespace.name")
+    sink = IcebergSink(
+        args.table, args.path, catalog_file=args.catalog_file, storage_options=storage
+    )
+    if sink.load_table() is None:
+        raise ConfigError(f"{sink.describe()}: no such table")
+    return compact_iceberg(sink, target, dry_run=args.dry_run)

@@ -29,7 +29,9 @@ def register(subparsers: Any) -> None:
         "inspect",
         help="show checkpointed batches, offsets and state",
         description="Read a pipeline's checkpoint (never writing it): batches with their "
-        "offset ranges and timings, state size per partition, or one key's state.",
+        "offset ranges and timings (and an Iceberg output's snapshots with their batch ids and "
+        "offset ranges, and the session tables' last batches and offsets), state size per "
+        "partition, or one key's state.",
         epilog=EXAMPLES,
     )
     parser.add_argument("--batches", action="store_true", help="show batches")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, get_args, get_type_hints
 
@@ -40,7 +40,7 @@ from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.kafka.options import SourceOptions
 from inorder.processor import Processor, processor_types
-from inorder.sinks.base import Sink, SinkError
+from inorder.sinks.base import ConsumedOffsets, Sink, SinkError
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.store import StateOptions
 
@@ -150,6 +150,9 @@ class PartitionBackend:
         self.state_options = state_options or StateOptions()
         self._checked = False
         self._epoch = ""
+        #: Called with the batch id right before the sinks commit (the runner's lease check:
+        #: a driver that lost the checkpoint's lease raises there and commits nothing).
+        self.commit_guard: Callable[[int], None] | None = None
         self._types: Any = None
         self._schema: pa.Schema | None = None
 
@@ -270,9 +273,14 @@ class PartitionBackend:
         report = summarize(batch_id, results)
         files = [f for r in results for f in r.written_files()]
         dl_files = [f for r in results for f in r.written_dead_letter_files()]
+        if self.commit_guard is not None:  # the one commit point: fenced here
+            self.commit_guard(batch_id)
         if self.dead_letter_sink is not None:
             self.dead_letter_sink.commit(batch_id, dl_files)
-        report.committed = self.sink.commit(batch_id, files)
+        consumed = [
+            ConsumedOffsets(r.topic, r.partition, r.first_offset, r.last_offset) for r in results
+        ]
+        report.committed = self.sink.commit_consumed(batch_id, files, consumed)
         report.output_files = len(files)
         return report
 

@@ -4,7 +4,10 @@
   times and duration (the log files' modification times), processing time (engine record);
 * state: per topic-partition the newest committed state version, keys, encoded state bytes
   and checkpoint file bytes;
-* one key: its state (decoded with the processor's state type) at a given batch version.
+* one key: its state (decoded with the processor's state type) at a given batch version;
+* an Iceberg output: its snapshots with their batch ids and offset ranges;
+* session tables (``[tables]``): each table's last batch and the offsets its newest commits
+  hold.
 """
 
 from __future__ import annotations
@@ -177,9 +180,35 @@ def inspect_all(
     doc["output_batch_offset"] = target.batch_offset
     if want_batches:
         doc["batches"] = [asdict(b) for b in batches(log, limit)]
+        snapshots = output_snapshots(target, limit)
+        if snapshots is not None:
+            doc["output_snapshots"] = snapshots
+        tables = session_tables(target)
+        if tables is not None:
+            doc["tables"] = tables
     if want_state:
         doc["state"] = [asdict(s) for s in state_sizes(target, log)]
     return doc
+
+
+def output_snapshots(target: OpsTarget, limit: int | None) -> list[dict[str, Any]] | None:
+    """An Iceberg output's snapshots, oldest first (``None`` for other outputs)."""
+    from inorder.sinks.iceberg import IcebergSink
+    from inorder.sinks.iceberg_history import snapshot_history
+
+    sink = target.sink
+    if not isinstance(sink, IcebergSink):
+        return None
+    table = sink.load_table()
+    return [] if table is None else [asdict(s) for s in snapshot_history(table, limit)]
+
+
+def session_tables(target: OpsTarget) -> list[dict[str, Any]] | None:
+    """The session tables' last batch and newest commits (``None`` without ``[tables]``)."""
+    from inorder.sessions.tables_ops import ops_writer, table_status
+
+    writer = ops_writer(target.pipeline)
+    return None if writer is None else table_status(writer)
 
 
 def format_inspect(doc: dict[str, Any]) -> list[str]:
@@ -202,6 +231,14 @@ def format_inspect(doc: dict[str, Any]) -> list[str]:
             f"batch {shown} {state:<13} planned {b['planned_at']} took {dur} "
             f"records {b['records_planned']:,}  {ranges}"
         )
+    if "output_snapshots" in doc:
+        from inorder.sinks.iceberg_history import format_snapshot
+
+        lines.extend(format_snapshot(s) for s in doc["output_snapshots"])
+    if "tables" in doc:
+        from inorder.sessions.tables_ops import format_table_status
+
+        lines.extend(format_table_status(doc["tables"]))
     for s in doc.get("state", []):
         lines.append(
             f"state {s['topic']}[{s['partition']}] version {s['version']}: {s['keys']:,} keys "

@@ -279,6 +279,7 @@ def plan_repair(
 
     starts = plan.delete_from()
     plan.outputs = [count_rows(name, sink, starts) for name, sink in sinks]
+    plan.tables_from_batch, plan.tables = _tables_rollback(target, starts)
     by_tp = plan.outputs[0].rows_by_partition
     for p in plan.partitions:
         p.rows_to_delete = by_tp.get(str(p.tp), 0)
@@ -290,10 +291,34 @@ def plan_repair(
         and info.get("startingOffsets") == plan.starting_offsets()
         and int(info.get("batch_offset", 0)) == plan.batch_offset
         and all(o.rows == 0 for o in plan.outputs)
+        and not any(t.needed for t in plan.tables)
     )
     if not plan.nothing_to_do and os.path.exists(root):
         plan.backup = f"{root}.bak-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
     return plan
+
+
+def _tables_rollback(
+    target: OpsTarget, starts: Mapping[TopicPartition, int]
+) -> tuple[int | None, list[Any]]:
+    """The session tables' first rolled-back batch (the least batch of the change rows the
+    repair deletes) and what restoring each table to before it does; nothing without tables."""
+    from inorder.sessions.tables_ops import ops_writer, restore_plan
+
+    writer = ops_writer(target.pipeline)
+    if writer is None:
+        return None, []
+    from inorder.ops.output import OutputView
+
+    view = OutputView(target.sink)
+    firsts = []
+    for tp, start in sorted(starts.items()):
+        rows = view.read(tp, start=start, columns=["offset", "batch_id"])
+        if rows.num_rows:
+            firsts.append(int(min(rows.column("batch_id").to_pylist())))
+    if not firsts:
+        return None, []
+    return min(firsts), restore_plan(writer, min(firsts))
 
 
 # -- applying ------------------------------------------------------------------------------------
@@ -312,6 +337,14 @@ def apply_repair(target: OpsTarget, plan: RepairPlan) -> RepairPlan:
     if target.pipeline.dead_letter is not None:
         sinks.append(("dead-letter", target.pipeline.dead_letter))
     starts = plan.delete_from()
+    if plan.tables_from_batch is not None:
+        from inorder.sessions.tables_ops import ops_writer, restore_tables
+
+        writer = ops_writer(target.pipeline)
+        if writer is not None:
+            # Before the change rows go: a repair run again after a crash here finds the
+            # same first rolled-back batch in them (a restored table is left alone).
+            restore_tables(writer, plan.tables_from_batch)
     plan.outputs = [delete_rows(name, sink, starts) for name, sink in sinks]
     if plan.backup is not None and os.path.exists(plan.backup):
         plan.backup = f"{plan.backup}-{uuid.uuid4().hex[:6]}"

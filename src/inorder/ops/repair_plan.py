@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inorder.kafka.offsets import EARLIEST
 from inorder.ops.repair_output import OutputDeletion
 from inorder.records import TopicPartition
+
+if TYPE_CHECKING:
+    from inorder.sessions.tables_ops import TableRestore
 
 
 @dataclass
@@ -62,6 +65,10 @@ class RepairPlan:
     nothing_to_do: bool = False
     applied: bool = False
     notes: list[str] = field(default_factory=list)
+    tables_from_batch: int | None = None
+    """The first change-log batch the session tables lose (``None``: they keep every one)."""
+    tables: list[TableRestore] = field(default_factory=list)
+    """Per session table: the restore to before ``tables_from_batch``."""
 
     def starting_offsets(self) -> dict[str, dict[str, int]]:
         """The new checkpoint's ``startingOffsets`` (Spark's per-partition JSON shape)."""
@@ -107,6 +114,8 @@ class RepairPlan:
             "outputs": [o.to_json() for o in self.outputs],
             "rows_to_delete": sum(o.rows for o in self.outputs),
             "backup": self.backup,
+            "tables_from_batch": self.tables_from_batch,
+            "tables": [t.to_json() for t in self.tables],
             "nothing_to_do": self.nothing_to_do,
             "applied": self.applied,
             "notes": list(self.notes),
@@ -133,6 +142,17 @@ class RepairPlan:
             if o.files_rewritten or o.files_removed:
                 extra = f" ({o.files_rewritten} file(s) rewritten, {o.files_removed} removed)"
             out.append(f"  {o.name} {o.describe}: {o.rows:,} row(s) to delete{extra}")
+        for t in self.tables:
+            if t.needed:
+                out.append(
+                    f"  {t.table} table {t.path}: holds batches through {t.holds}; restore to "
+                    f"version {t.version} (through batch {t.restored_to}); the next run "
+                    f"catches it up from the change log"
+                )
+            else:
+                out.append(
+                    f"  {t.table} table {t.path}: holds no batch from {self.tables_from_batch}"
+                )
         out.append(
             f"  checkpoint: owner {self.owner}, batch ids continue at {self.batch_offset}"
             + (f"; backup at {self.backup}" if self.backup else "")

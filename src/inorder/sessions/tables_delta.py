@@ -6,8 +6,9 @@ change log's Arrow columns) and applies it with one deltalake MERGE whose commit
 micro-batch id as the application transaction ``txn(app_id, batch_id)`` and the offsets it
 covers in ``commitInfo`` (``inorder.batch``, ``inorder.first_batch``, ``inorder.offsets``).
 
-Both tables are partitioned by ``topic``; the MERGE condition names the batch's topics, so
-partitions of other topics are not read.
+Both tables are partitioned by ``topic`` (the history by ``is_current`` as well); the MERGE
+condition names the batch's topics (and for the history, open versions only), so other
+partitions are not read.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from inorder.errors import InorderError
-from inorder.sessions.tables_plan import BatchPlan, SessionKey
+from inorder.sessions.tables_plan import BatchPlan, live_table
 from inorder.sinks.delta import delta_schema
 from inorder.storage import fs as sfs
 
@@ -80,6 +82,8 @@ class DeltaTableOutput:
         app_id: str = "inorder",
     ) -> None:
         self.kind: TableKind = kind
+        # History: open versions apart from closed ones, so a MERGE reads only the open ones.
+        self.partition_by = ["topic"] if kind == "current" else ["topic", "is_current"]
         self.path = path
         self.schema = schema
         self.app_id = app_id
@@ -104,6 +108,18 @@ class DeltaTableOutput:
         except Exception as exc:
             raise self.failure("cannot open", exc) from None
 
+    def exists(self) -> bool:
+        """Whether the Delta table exists (nothing is created)."""
+        from deltalake import DeltaTable
+
+        loc = self.location
+        try:
+            return bool(
+                DeltaTable.is_deltatable(loc.delta_uri(), storage_options=loc.storage_options())
+            )
+        except Exception as exc:
+            raise self.failure("cannot look for it", exc) from None
+
     def check(self) -> None:
         """Create the table if absent; an existing one must have this schema and layout."""
         from deltalake import DeltaTable, Schema
@@ -114,12 +130,13 @@ class DeltaTableOutput:
                 DeltaTable.create(
                     loc.delta_uri(),
                     self.schema,
-                    partition_by=["topic"],
+                    partition_by=self.partition_by,
                     storage_options=loc.storage_options(),
                 )
                 return
             table = self.open()
             have = [(f.name, str(f.type)) for f in table.schema().fields]
+            layout = list(table.metadata().partition_columns)
         except TablesError:
             raise
         except Exception as exc:
@@ -133,6 +150,11 @@ class DeltaTableOutput:
                 f"(table only: {gone or 'none'}; pipeline only: {new or 'none'}; or types "
                 "differ); give the table a new path"
             )
+        if layout != self.partition_by:
+            raise TablesError(
+                f"{self.describe()}: partitioned by {layout}, not {self.partition_by}; "
+                "give the table a new path"
+            )
 
     def committed_batch(self) -> int | None:
         """The last micro-batch this pipeline's ``app_id`` committed to the table."""
@@ -144,8 +166,8 @@ class DeltaTableOutput:
             raise self.failure("cannot read its transactions", exc) from None
         return None if version is None else int(version)
 
-    def live_keys(self) -> dict[SessionKey, set[str]]:
-        """Row ids of every session's live rows (the current table, or open versions)."""
+    def live_keys(self) -> pa.Table:
+        """Keys of the live rows (the current table's rows, the history's open versions)."""
         try:
             dataset = self.open().to_pyarrow_dataset()
             wanted = pc.field("is_current") if self.kind == "history" else None
@@ -154,11 +176,7 @@ class DeltaTableOutput:
             raise
         except Exception as exc:
             raise self.failure("cannot read its rows", exc) from None
-        live: dict[SessionKey, set[str]] = {}
-        columns = (keys.column(c).to_pylist() for c in _KEY_COLUMNS)
-        for topic, session, rid in zip(*columns, strict=True):
-            live.setdefault((topic, session), set()).add(rid)
-        return live
+        return live_table(keys)
 
     # -- one commit ------------------------------------------------------------------------
 
@@ -188,16 +206,19 @@ class DeltaTableOutput:
         on = " AND ".join(f"t.{c} = s.{c}" for c in _KEY_COLUMNS)
         # Names the partitions the batch touches: the others are not read.
         on += " AND t.topic IN (" + ", ".join(_sql_string(t) for t in topics) + ")"
+        if self.kind == "history":
+            # Only open versions can be closed: closed ones (most of the table, in their own
+            # partition) are not read. A new version must not match the open one it replaces.
+            on += f" AND t.is_current = true AND s.{_ACTION} = 'close'"
         try:
             merger = self.open().merge(
                 source,
-                # A new version must not match the open one it replaces: only closes match.
-                on
-                if self.kind == "current"
-                else f"{on} AND t.is_current AND s.{_ACTION} = 'close'",
+                on,
                 source_alias="s",
                 target_alias="t",
                 commit_properties=properties,
+                # A materialized source lets delta-rs prune partitions from the predicate.
+                streamed_exec=False,
             )
             if self.kind == "current":
                 columns = {f.name: f"s.{f.name}" for f in self.schema}
@@ -223,19 +244,17 @@ class DeltaTableOutput:
 
 def current_source(plan: BatchPlan, changes: pa.Table, schema: pa.Schema) -> pa.Table:
     """The MERGE source of the current table: the rows to upsert, then the keys to delete."""
-    names = [f.name for f in schema]
-    upserts = changes.take(pa.array(plan.upserts, pa.int64())).select(names)
-    upserts = upserts.cast(schema, safe=False)
-    n = len(plan.deletes)
-    deletes: dict[str, Any] = {name: pa.nulls(n, schema.field(name).type) for name in names}
-    for i, name in enumerate(_KEY_COLUMNS):
-        deletes[name] = pa.array([k[i] for k in plan.deletes], pa.string())
-    if n:
-        # Non-null columns of a delete row get placeholders; only its key is compared.
-        deletes["batch_id"] = pa.array([0] * n, schema.field("batch_id").type)
-    gone = pa.table(deletes, schema=pa.schema([f.with_nullable(True) for f in schema]))
-    both = pa.concat_tables([upserts.cast(gone.schema), gone])
-    actions = ["upsert"] * upserts.num_rows + ["delete"] * n
+    nullable = pa.schema([f.with_nullable(True) for f in schema])
+    upserts = changes.select(schema.names).take(plan.upserts)
+    upserts = upserts.cast(schema, safe=False).cast(nullable)
+    n = plan.deletes.num_rows
+    deletes: dict[str, Any] = {f.name: pa.nulls(n, f.type) for f in nullable}
+    for name in _KEY_COLUMNS:
+        deletes[name] = plan.deletes.column(name)
+    # Non-null columns of a delete row get placeholders; only its key is compared.
+    deletes["batch_id"] = pa.array(np.zeros(n, np.int64), schema.field("batch_id").type)
+    both = pa.concat_tables([upserts, _table(deletes, nullable)])
+    actions = np.repeat(np.array(["upsert", "delete"]), [upserts.num_rows, n])
     return both.append_column(_ACTION, pa.array(actions, pa.string()))
 
 
@@ -249,9 +268,12 @@ def history_source(plan: BatchPlan, changes: pa.Table, schema: pa.Schema, last: 
         and not f.name.startswith(("valid_", "is_", "closed_"))
         and f.name != "batch_id"
     ]
-    opened = changes.take(pa.array([v.index for v in plan.versions], pa.int64()))
-    ends = [v.closed_at for v in plan.versions]
-    end_rows = _take_nullable(changes, ends)
+    versions = plan.versions
+    opened = changes.take(versions.column("index"))
+    # Where versions end needs three columns, not the row data.
+    ends = changes.select(["offset", "kafka_ts", "batch_id"])
+    # A null ``closed_at`` (the version is open) takes a row of nulls.
+    end_rows = ends.take(versions.column("closed_at"))
     new: dict[str, Any] = {c: opened.column(c) for c in ("topic", "partition", "session")}
     new["row_id"] = opened.column("row_id")
     for name in row_names:
@@ -261,33 +283,27 @@ def history_source(plan: BatchPlan, changes: pa.Table, schema: pa.Schema, last: 
         valid_from_ts=opened.column("kafka_ts"),
         valid_to_offset=end_rows.column("offset"),
         valid_to_ts=end_rows.column("kafka_ts"),
-        is_current=pa.array([e is None for e in ends], pa.bool_()),
-        closed_by=pa.array([v.closed_by for v in plan.versions], pa.string()),
+        is_current=pc.is_null(versions.column("closed_at")),
+        closed_by=versions.column("closed_by"),
         batch_id=opened.column("batch_id"),
         closed_batch_id=end_rows.column("batch_id"),
     )
-    versions = _table(new, nullable)
-    closing = changes.take(pa.array([c.index for c in plan.closes], pa.int64()))
-    n = len(plan.closes)
+    closes = plan.closes
+    n = closes.num_rows
+    closing = ends.take(closes.column("index"))
     old: dict[str, Any] = {f.name: pa.nulls(n, f.type) for f in nullable}
-    for i, name in enumerate(_KEY_COLUMNS):
-        old[name] = pa.array([c.key[i] for c in plan.closes], pa.string())
+    for name in _KEY_COLUMNS:
+        old[name] = closes.column(name)
     old.update(
         valid_to_offset=closing.column("offset"),
         valid_to_ts=closing.column("kafka_ts"),
-        is_current=pa.array([False] * n, pa.bool_()),
-        closed_by=pa.array([c.closed_by for c in plan.closes], pa.string()),
-        closed_batch_id=pa.array([last] * n, pa.int64()),
+        is_current=pa.array(np.zeros(n, np.bool_), pa.bool_()),
+        closed_by=closes.column("closed_by"),
+        closed_batch_id=pa.array(np.full(n, last, np.int64), pa.int64()),
     )
-    closes = _table(old, nullable)
-    both = pa.concat_tables([closes, versions])
-    actions = ["close"] * n + ["insert"] * versions.num_rows
+    both = pa.concat_tables([_table(old, nullable), _table(new, nullable)])
+    actions = np.repeat(np.array(["close", "insert"]), [n, versions.num_rows])
     return both.append_column(_ACTION, pa.array(actions, pa.string()))
-
-
-def _take_nullable(table: pa.Table, indexes: Sequence[int | None]) -> pa.Table:
-    """Rows at ``indexes``; a ``None`` index gives a row of nulls."""
-    return table.take(pa.array(indexes, pa.int64()))
 
 
 def _table(columns: Mapping[str, Any], schema: pa.Schema) -> pa.Table:

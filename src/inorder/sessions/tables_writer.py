@@ -7,8 +7,9 @@ one MERGE committed as ``txn(app_id, B)`` (:mod:`inorder.sessions.tables_delta`)
 
 Each table knows the last batch it holds (its transaction version). A table behind the change
 log (a crash between the change log's commit and the table's, a table added to a running
-pipeline, a repair that restored it) catches up in one commit: the change rows of every
-batch after its own up to ``B``. A table at or past ``B`` is left alone, so the re-run of a
+pipeline, a repair that restored it) catches up: the change rows of the batches after its
+own up to ``B``, :data:`CATCH_UP_BATCHES` batches per commit (each commit's transaction
+version is the last batch it holds). A table at or past ``B`` is left alone, so the re-run of a
 batch commits nothing twice. The row ids each session has, which the planner needs, are kept
 in memory between batches and read back from the table itself after a start or a failure.
 
@@ -28,22 +29,16 @@ from inorder.errors import ConfigError
 from inorder.sessions.processor import SessionTables
 from inorder.sessions.rebuild import ordered_changes
 from inorder.sessions.tables_delta import (
-    BATCH_KEY,
     DeltaTableOutput,
     TablesError,
     current_schema,
     history_schema,
 )
-from inorder.sessions.tables_plan import (
-    END_MODES,
-    BatchPlan,
-    ChangeColumns,
-    EndMode,
-    SessionKey,
-    apply_live,
-    plan_batch,
-)
+from inorder.sessions.tables_plan import END_MODES, BatchPlan, EndMode, plan_batch
 from inorder.sinks.base import Sink
+
+#: Change-log batches a table behind the change log applies per commit while catching up.
+CATCH_UP_BATCHES = 8
 
 
 @dataclass(frozen=True)
@@ -87,19 +82,29 @@ class _Kept:
     """One table and what is known of it between batches."""
 
     table: DeltaTableOutput
-    live: dict[SessionKey, set[str]] | None = None
+    live: pa.Table | None = None
+    """Keys of the table's live rows (``tables_plan.LIVE_SCHEMA``); ``None``: not known."""
     through: int = -1
 
 
 class SessionTablesWriter:
     """Keeps ``outputs``' tables in step with the change log in ``changes``. Driver side."""
 
-    def __init__(self, processor: SessionTables, changes: Sink, outputs: TableOutputs) -> None:
+    def __init__(
+        self,
+        processor: SessionTables,
+        changes: Sink,
+        outputs: TableOutputs,
+        catch_up_batches: int = CATCH_UP_BATCHES,
+    ) -> None:
         from inorder.schema import output_schema
         from inorder.sessions.materializer import change_log_of, row_fields
 
         self.changes, self.batch_offset = change_log_of(changes)
         self.end: EndMode = outputs.end
+        if catch_up_batches < 1:
+            raise ConfigError(f"tables: catch_up_batches must be 1 or more, not {catch_up_batches}")
+        self.catch_up_batches = catch_up_batches
         owner = changes.owner
         app_id = f"inorder-{owner}" if owner else "inorder"
         log_schema = output_schema(processor.out_type)
@@ -119,6 +124,12 @@ class SessionTablesWriter:
     def tables(self) -> list[DeltaTableOutput]:
         """The tables kept, current first."""
         return [k.table for k in self._kept]
+
+    def forget(self) -> None:
+        """Read each table's batch and row keys back from the table before the next batch
+        (after something else changed the tables: a restore)."""
+        for kept in self._kept:
+            kept.live = None
 
     def check(self) -> None:
         """Before the first batch: create the tables or check the existing ones."""
@@ -140,15 +151,17 @@ class SessionTablesWriter:
         b = self.batch_offset + batch_id
         report = TablesReport(batch_id=b)
         try:
-            work = self._plan(b)
-            for kept, first, changes, plan in work:
-                if kept.table.merge(plan, changes, first, b):
-                    report.committed.append(kept.table.kind)
-                report.caught_up = max(report.caught_up, b - first)
-            for kept, _, _, plan in work:
-                assert kept.live is not None
-                apply_live(kept.live, plan)
-                kept.through = b
+            # A table far behind catches up a bounded number of batches per commit, so the
+            # change rows held in memory stay bounded too.
+            while work := self._plan(b):
+                for kept, first, last, changes, plan in work:
+                    merged = kept.table.merge(plan, changes, first, last)
+                    if merged and kept.table.kind not in report.committed:
+                        report.committed.append(kept.table.kind)
+                    report.caught_up = max(report.caught_up, b - first)
+                for kept, _, last, _, plan in work:
+                    kept.live = plan.live
+                    kept.through = last
         except BaseException:
             for kept in self._kept:
                 kept.live = None  # half-known: read back from the table next time
@@ -156,10 +169,11 @@ class SessionTablesWriter:
         report.seconds = time.perf_counter() - started
         return report
 
-    def _plan(self, b: int) -> list[tuple[_Kept, int, pa.Table, BatchPlan]]:
-        """Each table behind ``b``: the first batch it lacks, the change rows, the plan."""
-        work: list[tuple[_Kept, int, pa.Table, BatchPlan]] = []
-        read: dict[int, pa.Table] = {}
+    def _plan(self, b: int) -> list[tuple[_Kept, int, int, pa.Table, BatchPlan]]:
+        """Each table behind ``b``: its next batches (at most ``catch_up_batches``), their
+        change rows and the plan."""
+        work: list[tuple[_Kept, int, int, pa.Table, BatchPlan]] = []
+        read: dict[tuple[int, int], pa.Table] = {}
         for kept in self._kept:
             if kept.live is None:
                 committed = kept.table.committed_batch()
@@ -168,22 +182,14 @@ class SessionTablesWriter:
             if kept.through >= b:
                 continue  # this batch (or a later one) is in the table: a re-run
             first = kept.through + 1
-            changes = read.get(first)
+            last = min(b, first + self.catch_up_batches - 1)
+            changes = read.get((first, last))
             if changes is None:
-                changes = read[first] = self._read(first, b)
-            # Tables at the same batch hold the same row ids: one plan serves both.
-            same = [w for w in work if w[1] == first and w[0].live == kept.live]
-            if same:
-                plan = same[0][3]
-            else:
-                columns = ChangeColumns(
-                    changes.column("topic").to_pylist(),
-                    changes.column("session").to_pylist(),
-                    changes.column("op").to_pylist(),
-                    changes.column("row_id").to_pylist(),
-                )
-                plan = plan_batch(kept.live, columns, self.end)
-            work.append((kept, first, changes, plan))
+                changes = read[(first, last)] = self._read(first, last)
+            # Tables at the same batch hold the same row keys: one plan serves both.
+            same = [w for w in work if w[1:3] == (first, last) and _same_keys(w[0].live, kept.live)]
+            plan = same[0][4] if same else plan_batch(kept.live, changes, self.end)
+            work.append((kept, first, last, changes, plan))
         return work
 
     def _read(self, first: int, last: int) -> pa.Table:
@@ -201,6 +207,16 @@ class SessionTablesWriter:
         ]
         table = self.changes.read_batches(first, last, columns=wanted)
         return ordered_changes(table).combine_chunks()
+
+
+def _same_keys(a: pa.Table | None, b: pa.Table | None) -> bool:
+    """Whether two live-key tables are the same object or hold the same keys."""
+    if a is b:
+        return True
+    if a is None or b is None or a.num_rows != b.num_rows:
+        return False
+    order = [(c, "ascending") for c in a.column_names]
+    return bool(a.sort_by(order).equals(b.sort_by(order)))
 
 
 def check_tables(processor: Any, tables: TableOutputs | None) -> None:
@@ -235,46 +251,3 @@ def pipeline_tables(pipeline: Any) -> SessionTablesWriter | None:
     writer = SessionTablesWriter(pipeline.processor, pipeline.sink, tables)
     writer.check()
     return writer
-
-
-def restore_tables(writer: SessionTablesWriter, first_rolled_back: int) -> list[int]:
-    """Roll each table back to before change-log batch ``first_rolled_back``.
-
-    Each table is restored (deltalake ``restore``) to its last version holding only batches
-    before ``first_rolled_back`` (its creation if none), then a commit with no rows sets its
-    transaction version back to the last batch it holds, so the next run catches it up from
-    the change log. Returns the batch each table holds now (-1: none); a table already there
-    is left alone (a repair applied twice changes nothing).
-    """
-    from deltalake import CommitProperties, Transaction, write_deltalake
-
-    kept_batches = []
-    for kept in writer._kept:
-        table = kept.table
-        delta = table.open()
-        target, kept_batch = 0, -1
-        for entry in delta.history():  # newest first
-            batch = entry.get(BATCH_KEY)
-            if batch is not None and int(batch) < first_rolled_back:
-                target, kept_batch = int(entry["version"]), int(batch)
-                break
-        committed = table.committed_batch()
-        if committed is None or committed < first_rolled_back:
-            kept_batches.append(-1 if committed is None else committed)
-            continue
-        try:
-            delta.restore(target)
-            write_deltalake(
-                delta,
-                pa.Table.from_pylist([], schema=table.schema),
-                mode="append",
-                commit_properties=CommitProperties(
-                    app_transactions=[Transaction(table.app_id, kept_batch)],
-                    custom_metadata={BATCH_KEY: str(kept_batch)},
-                ),
-            )
-        except Exception as exc:
-            raise table.failure(f"cannot restore version {target}", exc) from None
-        kept.live = None
-        kept_batches.append(kept_batch)
-    return kept_batches

@@ -37,6 +37,18 @@ class WrittenFile:
     """Optional column statistics as Delta ``add.stats`` JSON (numRecords, min/max, nulls)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumedOffsets:
+    """How far a micro-batch consumed one topic-partition (from its task's result)."""
+
+    topic: str
+    partition: int
+    first_offset: int | None
+    """First offset applied in the batch (``None``: no record in it)."""
+    last_offset: int
+    """Highest offset consumed up to and including the batch (-1: none yet)."""
+
+
 class BatchWriter(abc.ABC):
     """Executor side: buffers Arrow data of one task and writes staged files."""
 
@@ -70,6 +82,16 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
         """Driver: publish the batch; ``False`` when it was already committed (nothing done)."""
+
+    def commit_consumed(
+        self, batch_id: int, files: Sequence[WrittenFile], consumed: Sequence[ConsumedOffsets]
+    ) -> bool:
+        """Driver: :meth:`commit`, told how far the batch consumed each topic-partition.
+
+        The backend calls this one. Sinks that record a batch's input offsets with its
+        commit (Iceberg's snapshot summary) override it; by default it is :meth:`commit`.
+        """
+        return self.commit(batch_id, files)
 
     @abc.abstractmethod
     def is_committed(self, batch_id: int) -> bool:

@@ -4,10 +4,11 @@ Executors write Parquet data files straight into the table's data directory
 (:mod:`inorder.sinks.iceberg_writer`); Iceberg readers read only files named by a snapshot,
 so they stay invisible until the driver commits. The driver then makes one snapshot holding
 the batch's files, whose summary records ``inorder.app-id`` (the writing pipeline
-checkpoint), ``inorder.batch-id`` and ``inorder.offsets`` (per topic-partition, the first
-and last offset of the rows in the snapshot). Before committing it walks the current
-snapshot's ancestors for the newest summary of its app id: a batch at or below it is
-already in the table, so the commit is skipped and the new files are deleted. A lost
+checkpoint), ``inorder.batch-id`` and ``inorder.offsets`` (per topic-partition, the
+``[start, end)`` of offsets the batch consumed; :mod:`inorder.sinks.iceberg_history`).
+Before committing it walks the current snapshot's ancestors for the newest summary of its
+app id: a batch at or below it is already in the table, so the commit is skipped and the
+new files are deleted. A lost
 optimistic-concurrency race (``CommitFailedException``) reloads the table and decides again
 from the summaries, so a retry can never add a batch twice.
 
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from inorder.sinks.base import BatchWriter, Sink, SinkError, WrittenFile
+from inorder.sinks.base import BatchWriter, ConsumedOffsets, Sink, SinkError, WrittenFile
 from inorder.sinks.delta import delta_schema
 from inorder.sinks.evolution import schema_change
 from inorder.sinks.iceberg_catalog import (
@@ -42,6 +43,17 @@ from inorder.sinks.iceberg_catalog import (
     parse_partition_by,
     secrets_of,
 )
+from inorder.sinks.iceberg_history import (
+    APP_ID_KEY,
+    BATCH_ID_KEY,
+    OFFSETS_KEY,
+    ROW_OFFSETS_KEY,
+    batch_summaries,
+    input_ranges,
+    last_batch,
+    repair_summary,
+    total_records,
+)
 from inorder.sinks.iceberg_writer import IcebergBatchWriter, merge_offsets
 from inorder.sinks.parquet import COMPRESSIONS, DEFAULT_TARGET_FILE_SIZE
 from inorder.storage import fs as sfs
@@ -51,10 +63,9 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
+__all__ = ["APP_ID_KEY", "BATCH_ID_KEY", "OFFSETS_KEY", "IcebergSink", "batch_summaries"]
+
 DEFAULT_APP_ID = "inorder"
-APP_ID_KEY = "inorder.app-id"
-BATCH_ID_KEY = "inorder.batch-id"
-OFFSETS_KEY = "inorder.offsets"
 #: Commit attempts when other writers keep winning the optimistic-concurrency race.
 COMMIT_ATTEMPTS = 8
 
@@ -225,7 +236,7 @@ class IcebergSink(Sink):
         """Refuse a table holding data another pipeline checkpoint committed."""
         if self._explicit_app_id or self.owner is None or table.current_snapshot() is None:
             return
-        if last_batch(table, self.app_id) is None and _has_rows(table):
+        if last_batch(table, self.app_id) is None and total_records(table) > 0:
             raise SinkError(
                 f"{self.describe()}: already holds data this pipeline checkpoint did not commit "
                 f"(no snapshot of app id {self.app_id!r}); batch ids restart with every "
@@ -274,14 +285,31 @@ class IcebergSink(Sink):
         return last is not None and last >= batch_id
 
     def commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
-        """One snapshot with the batch's files; ``False`` when the batch is already there."""
+        """One snapshot with the batch's files; ``False`` when the batch is already there.
+
+        The summary has no ``inorder.offsets``: only :meth:`commit_consumed` knows them.
+        """
+        return self._commit(batch_id, files, None)
+
+    def commit_consumed(
+        self, batch_id: int, files: Sequence[WrittenFile], consumed: Sequence[ConsumedOffsets]
+    ) -> bool:
+        """:meth:`commit`, recording the ``[start, end)`` the batch consumed per partition."""
+        return self._commit(batch_id, files, consumed)
+
+    def _commit(
+        self,
+        batch_id: int,
+        files: Sequence[WrittenFile],
+        consumed: Sequence[ConsumedOffsets] | None,
+    ) -> bool:
         from pyiceberg.exceptions import CommitFailedException
 
         paths = [self._full_path(f.path) for f in files]
         summary = {
             APP_ID_KEY: self.app_id,
             BATCH_ID_KEY: str(batch_id),
-            OFFSETS_KEY: json.dumps(merge_offsets(files), separators=(",", ":")),
+            ROW_OFFSETS_KEY: json.dumps(merge_offsets(files), separators=(",", ":")),
         }
         for attempt in range(COMMIT_ATTEMPTS):
             table = self._load_for_commit()
@@ -289,6 +317,11 @@ class IcebergSink(Sink):
             if last is not None and last >= batch_id:
                 self._delete(files)
                 return False
+            if consumed is not None:
+                # Decided on the table this attempt commits on: a repair or another batch
+                # that won the race moves where this batch's ranges start.
+                ranges = input_ranges(table, self.app_id, consumed)
+                summary[OFFSETS_KEY] = json.dumps(ranges, separators=(",", ":"))
             try:
                 self._commit_snapshot(table, paths, summary)
                 return True
@@ -335,9 +368,13 @@ class IcebergSink(Sink):
     def delete_from(self, starts: Mapping[tuple[str, int], int], expected: int) -> None:
         """Delete the rows at or after ``starts[(topic, partition)]`` (``inorder repair``).
 
-        One snapshot (copy-on-write: files wholly matched are dropped, others rewritten);
-        the batch summaries before it stay, so batch ids continue after the last one.
-        ``expected`` is the number of rows counted beforehand: any other count is an error.
+        One copy-on-write commit (files wholly matched are dropped, others rewritten) whose
+        summary says where each partition was cut (``inorder.repair-from``: the next batch's
+        ranges start there) and has no batch id: the batch summaries before it stay, so
+        batch ids continue after the last one. Deleting rather than rolling back to the
+        snapshot before the first affected batch keeps the other partitions' rows (their
+        state was not rewound) and the table's history. ``expected`` is the number of rows
+        counted beforehand: any other count is an error.
         """
         from pyiceberg.expressions import (
             And,
@@ -365,12 +402,14 @@ class IcebergSink(Sink):
         for term in terms[1:]:
             condition = Or(condition, term)
         table = self._load_for_commit()
-        before = _total_records(table)
+        before = total_records(table)
         try:
-            table.delete(delete_filter=condition)
+            table.delete(
+                delete_filter=condition, snapshot_properties=repair_summary(self.app_id, starts)
+            )
         except Exception as exc:
             raise self._error("DELETE failed", exc) from None
-        deleted = before - _total_records(self._load_for_commit())
+        deleted = before - total_records(self._load_for_commit())
         if deleted != expected:
             raise SinkError(
                 f"{self.describe()}: DELETE removed {deleted} rows, {expected} were counted "
@@ -410,40 +449,6 @@ class IcebergSink(Sink):
             columns=list(columns) if columns is not None else None, filter=condition
         )
         return table
-
-
-def batch_summaries(table: Table, app_id: str | None = None) -> list[dict[str, str]]:
-    """The inorder summaries of the current snapshot's ancestors, newest first."""
-    from pyiceberg.table.snapshots import ancestors_of
-
-    out: list[dict[str, str]] = []
-    for snap in ancestors_of(table.current_snapshot(), table.metadata):
-        summary = dict(snap.summary.additional_properties) if snap.summary else {}
-        if BATCH_ID_KEY in summary and (app_id is None or summary.get(APP_ID_KEY) == app_id):
-            out.append(summary)
-    return out
-
-
-def last_batch(table: Table, app_id: str) -> int | None:
-    """The newest batch id ``app_id`` committed in the current snapshot's history."""
-    from pyiceberg.table.snapshots import ancestors_of
-
-    for snap in ancestors_of(table.current_snapshot(), table.metadata):
-        props = snap.summary.additional_properties if snap.summary else {}
-        if props.get(APP_ID_KEY) == app_id and BATCH_ID_KEY in props:
-            return int(props[BATCH_ID_KEY])
-    return None
-
-
-def _total_records(table: Table) -> int:
-    snap = table.current_snapshot()
-    if snap is None or snap.summary is None:
-        return 0
-    return int(snap.summary.additional_properties.get("total-records", "0") or 0)
-
-
-def _has_rows(table: Table) -> bool:
-    return _total_records(table) > 0
 
 
 def _plain(schema: pa.Schema) -> pa.Schema:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inorder.records import BATCH_ID_FIELD
-from inorder.sinks.base import BatchWriter, Sink, WrittenFile
+from inorder.sinks.base import BatchWriter, ConsumedOffsets, Sink, WrittenFile
 
 
 class _RenumberingWriter(BatchWriter):
@@ -70,6 +70,12 @@ class BatchIdOffset(Sink):
     def commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
         """Commit batch ``offset + batch_id`` of the wrapped sink."""
         return self.inner.commit(self.offset + batch_id, files)
+
+    def commit_consumed(
+        self, batch_id: int, files: Sequence[WrittenFile], consumed: Sequence[ConsumedOffsets]
+    ) -> bool:
+        """The wrapped sink's :meth:`commit_consumed` (it may record the offsets)."""
+        return self.inner.commit_consumed(self.offset + batch_id, files, consumed)
 
     def is_committed(self, batch_id: int) -> bool:
         """Whether batch ``offset + batch_id`` is committed in the wrapped sink."""

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from inorder.sinks.base import BatchWriter, Sink, SinkError, WrittenFile
+from inorder.sinks.base import BatchWriter, ConsumedOffsets, Sink, SinkError, WrittenFile
 
 #: Name of the added column.
 JOB_VERSION_FIELD = "job_version"
@@ -88,6 +88,12 @@ class VersionedSink(Sink):
     def commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
         """The inner sink's commit."""
         return self.inner.commit(batch_id, files)
+
+    def commit_consumed(
+        self, batch_id: int, files: Sequence[WrittenFile], consumed: Sequence[ConsumedOffsets]
+    ) -> bool:
+        """The wrapped sink's :meth:`commit_consumed` (it may record the offsets)."""
+        return self.inner.commit_consumed(batch_id, files, consumed)
 
     def is_committed(self, batch_id: int) -> bool:
         """The inner sink's answer."""
