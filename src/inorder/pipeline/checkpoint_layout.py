@@ -9,6 +9,8 @@ A checkpoint root holds::
                                       the identity of the pipeline that runs on it and the
                                       settings it ran with, and what ``inorder repair`` adds
                                       (batch id offset, starting offsets, a pending repair)
+    <root>/inorder-lease.json         the owner lease of the running driver (its epoch fences
+                                      commits: :mod:`inorder.pipeline.lease`)
 
 Every reader and writer of these paths goes through :class:`CheckpointLayout`, so the info file
 is read the same way (local or S3) everywhere and a damaged one is a named error.
@@ -23,13 +25,14 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from inorder.errors import ConfigError, InorderError
+from inorder.pipeline.lease import DEFAULT_DURATION, CheckpointLease, lease_store
 from inorder.storage import fs as sfs
 
 #: The checkpoint's info file (its id, the pipeline identity, what ``inorder repair`` adds).
@@ -163,14 +166,21 @@ class CheckpointLayout:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in pipeline_name)
         return os.path.join(tempfile.gettempdir(), f"inorder-{safe}.log")
 
+    def lease(
+        self, duration: float = DEFAULT_DURATION, info: Callable[[str], None] | None = None
+    ) -> CheckpointLease:
+        """The owner lease of this checkpoint (not yet acquired); local or S3 alike."""
+        return CheckpointLease(lease_store(self.location), duration, info=info)
+
     @contextlib.contextmanager
     def run_lock(self) -> Iterator[None]:
         """Hold the checkpoint for one run; a second copy is refused by name at once.
 
         Two queries writing one checkpoint would fail deep inside Spark (its offsets log
         detects the race) after both started; the lock names the holder before anything
-        starts. Local checkpoints only: an object store has no lock, and Spark's own check
-        (reported in one line by the runner) remains the guard there.
+        starts, and is released the moment its holder dies. Local checkpoints only: an
+        object store has no lock; there the owner lease (:meth:`lease`) is the guard, and it
+        is taken on local checkpoints too, after this lock, to fence commits.
         """
         local = self.local_root
         if local is None:

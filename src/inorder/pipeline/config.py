@@ -106,6 +106,7 @@ def _check_values(config: Config, origin: str) -> None:
         ("source", "target_batch_duration"),
         ("integrity", "lateness"),
         ("notify", "stall_after"),
+        ("pipeline", "lease_duration"),
     ):
         text = config[section][key]
         if text:
@@ -412,6 +413,7 @@ def build_pipeline(config: Config) -> Any:
         materialized=materialized,
         materialize_every=spec["every"] or None,
         tables=tables,
+        lease_duration=parse_duration(lease) if (lease := pipeline["lease_duration"]) else None,
     )
 
 

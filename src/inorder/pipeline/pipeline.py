@@ -73,6 +73,8 @@ class Pipeline(Generic[Msg, State, Out]):
     materialized: Sink | None = None
     materialize_every: int | None = None
     tables: TableOutputs | None = None
+    #: How long the driver's hold on the checkpoint lasts without renewal (default 30 s).
+    lease_duration: timedelta | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.processor, Processor):

@@ -34,6 +34,7 @@ from inorder.pipeline.identity import (
     RecordedSettings,
     check_identity,
 )
+from inorder.pipeline.lease import DEFAULT_DURATION, CheckpointLease
 from inorder.pipeline.observer import SafeObservers
 from inorder.pipeline.progress import (
     ProgressReporter,
@@ -88,6 +89,7 @@ class PipelineRunner:
         self._log_file: str | None = None
         self._running: tuple[int, float] | None = None
         self._planned: tuple[int, int | None] = (-1, None)
+        self._lease: CheckpointLease | None = None
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -165,6 +167,8 @@ class PipelineRunner:
             self._running = (batch_id, time.monotonic())
             try:
                 report = self._backend.run_batch(df, batch_id)
+                if self._lease is not None and (self._materializer or self._tables):
+                    self._lease.check(batch_id)  # they commit too: fenced likewise
                 if self._materializer is not None:
                     # After the change log's commit, also on a re-run that commits nothing.
                     self._materializer.after_commit(batch_id)
@@ -196,8 +200,26 @@ class PipelineRunner:
         self._check_checkpoint_writable()
         layout = CheckpointLayout.of(self.checkpoint)
         self._log_file = layout.run_log_file(self.pipeline.name)
+        given = self.pipeline.lease_duration
+        duration = given.total_seconds() if given else DEFAULT_DURATION
         with layout.run_lock():
-            return self._run()
+            # The lease refuses a second driver (also on an object store, where there is no
+            # lock) and fences every commit of this one (PartitionBackend.commit_guard).
+            self._lease = layout.lease(
+                duration, lambda line: self.reporter.info(f"inorder: {line}")
+            )
+            # Holding the local run lock proves the lease's last holder is gone: no wait.
+            self._lease.acquire(holder_gone=layout.local_root is not None)
+            try:
+                self._lease.start_renewing(self._on_lease_lost)
+                return self._run()
+            finally:
+                self._lease.release()
+
+    def _on_lease_lost(self, exc: InorderError) -> None:
+        # Another driver has the checkpoint: stop between batches; the run fails with `exc`.
+        self._failure = exc
+        self._stop.set()
 
     def _run(self) -> RunSummary:
         from inorder.pipeline.spark import build_spark_session, warm_python_workers
@@ -236,6 +258,8 @@ class PipelineRunner:
                 "Spark's state store, which inorder cannot seed"
             )
         self._backend = self._make_backend()
+        if self._lease is not None:
+            self._backend.commit_guard = self._lease.check
         try:
             self._backend.check()
         except InorderError as exc:

@@ -77,6 +77,14 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             "Version of the job, written to a `job_version` column of every output row "
             "(empty: no such column).",
         ),
+        "lease_duration": Setting(
+            str,
+            "30 seconds",
+            "How long the running driver's hold on the checkpoint lasts without renewal "
+            "(renewed every third of it): a second run is refused while it holds; after a "
+            "crash the next run takes over once it expires. Keep it well above a commit's "
+            "duration.",
+        ),
     },
     "source": {
         "bootstrap_servers": Setting(

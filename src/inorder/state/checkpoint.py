@@ -265,9 +265,20 @@ class CheckpointStore:
         return len(data)
 
     def read_table(self, path: str) -> pa.Table:
-        """Read a state file."""
-        with self.location.filesystem.open_input_file(path) as handle:
-            table: pa.Table = pq.read_table(handle)
+        """Read a state file; a damaged one is a named :class:`StorageError`, never skipped."""
+        try:
+            with self.location.filesystem.open_input_file(path) as handle:
+                table: pa.Table = pq.read_table(handle)
+        except FileNotFoundError:
+            raise
+        except (pa.ArrowInvalid, OSError) as exc:
+            # Without this the run stopped with "An exception was thrown from the Python
+            # worker" and nothing naming the file (pyarrow's error is no inorder error).
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StorageError(
+                f"state file {path} is damaged ({reason}); restore it from a backup, or "
+                "repair the checkpoint with `inorder repair PIPELINE`"
+            ) from None
         return table
 
     def delete(self, path: str) -> None:
