@@ -77,6 +77,22 @@ def test_class_archive_options(clean_env: Path, monkeypatch: pytest.MonkeyPatch)
     assert class_archive.java_options(LOCAL_JVM_OPTIONS) == ""
 
 
+def test_a_reinstalled_jar_is_another_archive(
+    clean_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JVM silently refuses an archive whose jars changed size or time (a venv made again
+    at the same path): the key covers them, so the next `inorder prepare` builds a new one."""
+    home = tmp_path / "home"
+    (home / "jars").mkdir(parents=True)
+    jar = home / "jars" / "spark-core.jar"
+    jar.write_bytes(b"one")
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    before = class_archive.archive_path(LOCAL_JVM_OPTIONS)
+    assert class_archive.archive_path(LOCAL_JVM_OPTIONS) == before
+    os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 10**9))
+    assert class_archive.archive_path(LOCAL_JVM_OPTIONS) != before
+
+
 def test_workers_import_the_installed_pyspark(spark: Any) -> None:
     if "SPARK_HOME" not in os.environ or spark_home.SWITCH_ENV in os.environ:
         pytest.skip("the session was started with another Spark home")

@@ -57,8 +57,11 @@ def archive_path(jvm_options: str) -> Path | None:
     digest = hashlib.sha256()
     for part in (java, str(os.path.getmtime(java)), str(jars), pyspark.__version__, jvm_options):
         digest.update(part.encode() + b"\0")
-    for jar in sorted(p.name for p in jars.glob("*.jar")) if jars.is_dir() else ():
-        digest.update(jar.encode() + b"\0")
+    # The JVM refuses an archive whose jars changed size or time (a reinstall at the same
+    # path): they are part of the key, so a reinstall gets a new archive, not a silent no-op.
+    for jar in sorted(jars.glob("*.jar")) if jars.is_dir() else ():
+        stat = jar.stat()
+        digest.update(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}".encode() + b"\0")
     return cache_dir() / "jvm" / f"spark-{pyspark.__version__}-{digest.hexdigest()[:16]}.jsa"
 
 
