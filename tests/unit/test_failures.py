@@ -53,3 +53,23 @@ def test_concurrent_copies_are_named() -> None:
 def test_unknown_failure_keeps_the_first_line_without_the_error_class() -> None:
     error = explain_failure("[SOME_SPARK_ERROR] it broke\n\tat org.apache.X", "ck")
     assert str(error) == "query failed: it broke"
+
+
+WORKER_DIED = """An error occurred while calling o123.collectToPython.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 7.0 \
+failed 1 times, most recent failure: Lost task 1.0 in stage 7.0 (TID 15): \
+org.apache.spark.SparkException: Python worker exited unexpectedly (crashed). Consider \
+setting 'spark.sql.execution.pyspark.udf.faulthandler.enabled' or \
+'spark.python.worker.faulthandler.enabled' configuration to 'true' for the better Python \
+traceback.
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator$$anonfun$1.applyOrElse(x)
+Caused by: java.io.EOFException
+"""
+
+
+def test_a_dead_python_worker_is_named_not_the_py4j_wrapper() -> None:
+    error = explain_failure(WORKER_DIED, "ck", "/tmp/run.log")
+    assert type(error) is InorderError
+    assert str(error).startswith("a Spark Python worker died while running this batch's tasks")
+    assert "resumes exactly (full trace in /tmp/run.log)" in str(error)
+    assert "Py4J" not in str(error)

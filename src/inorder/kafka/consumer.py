@@ -43,6 +43,9 @@ from inorder.spark.worker_heap import freeze_worker_heap
 
 log = logging.getLogger(__name__)
 
+#: Seconds without a record after which a read checks whether its partition was deleted.
+GONE_CHECK_S = 2.0
+
 #: Header key of the marker row that starts every planned range (``inorder.partitionMarkers``).
 MARKER_HEADER = "inorder.range"
 
@@ -358,7 +361,16 @@ def message_runs(
                 position = int(consumer.position([CTP(tp.topic, tp.partition)])[0].offset or -1)
                 if position >= end:
                     break
-                if time.monotonic() - last_progress > timeout_s:
+                waited = time.monotonic() - last_progress
+                if waited > GONE_CHECK_S and _partition_gone(consumer, tp, options):
+                    # A topic deleted under the read: some brokers send no error for it, the
+                    # poll would only time out (after pollTimeoutMs) without naming the loss.
+                    event = LossEvent(tp, LossKind.DELETED, expected, end)
+                    if options.fail_on_data_loss:
+                        raise DataLossError(event.message())
+                    log.warning("skipping: %s", event.message())
+                    break
+                if waited > timeout_s:
                     raise InorderError(
                         f"reading topic {tp.topic!r} partition {tp.partition}: no record "
                         f"between offsets {expected} and {end} arrived within "
@@ -368,6 +380,24 @@ def message_runs(
         consumer.close()
         if gc_was_enabled:
             gc.enable()
+
+
+def _partition_gone(consumer: Any, tp: TopicPartition, options: SourceOptions) -> bool:
+    """Whether the broker answers that ``tp`` no longer exists (not: cannot be asked)."""
+    try:
+        meta = consumer.list_topics(tp.topic, timeout=options.metadata_timeout_ms / 1000.0)
+    except Exception:  # KafkaException: the broker is unreachable, which is not a deletion
+        return False
+    from confluent_kafka import KafkaError
+
+    topic = meta.topics.get(tp.topic)
+    if topic is None:
+        return True
+    if topic.error is not None:
+        return bool(
+            topic.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+        )
+    return tp.partition not in topic.partitions
 
 
 def _handle_out_of_range(

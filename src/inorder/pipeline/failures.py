@@ -27,6 +27,8 @@ _CONCURRENT = (
     "CONCURRENT_QUERY",
     "ConcurrentModificationException",
 )
+#: What Spark says when a Python worker process died under a task (killed, out of memory).
+_WORKER_DIED = "Python worker exited unexpectedly"
 
 
 def explain_failure(text: str, checkpoint: str, log_file: str | None = None) -> InorderError:
@@ -37,6 +39,13 @@ def explain_failure(text: str, checkpoint: str, log_file: str | None = None) -> 
             f"another run of this pipeline is writing checkpoint {checkpoint} (Spark found "
             "its offsets log changed under it); stop the other copy, or give this one its own "
             f"pipeline.checkpoint{where}"
+        )
+    if _WORKER_DIED in text:
+        # The task fails with a Py4JJavaError around it; the cause is the dead process.
+        return InorderError(
+            "a Spark Python worker died while running this batch's tasks (killed, or out of "
+            "memory: see the kernel log); the batch was not committed, so running again "
+            f"resumes exactly{where}"
         )
     found = _python_error(text)
     if found is not None:
