@@ -23,7 +23,7 @@ markers=()
 if [ "${INORDER_TEST_QUICK:-0}" = "1" ]; then
   markers=(-m "not slow")
 fi
-"$VENV/bin/python" -m pytest -p no:cacheprovider "${markers[@]}" "$@"
+"$VENV/bin/python" -m pytest -p no:cacheprovider --durations=20 "${markers[@]}" "$@"
 code=$?
 set -e
 if [ "$code" = "5" ]; then

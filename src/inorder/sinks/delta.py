@@ -22,6 +22,7 @@ sink creates the table.
 
 from __future__ import annotations
 
+import re
 import time
 import urllib.parse
 import uuid
@@ -40,6 +41,27 @@ from inorder.sinks.parquet import (
 from inorder.storage import fs as sfs
 
 DEFAULT_APP_ID = "inorder"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def describe_delta_error(exc: BaseException, secrets: tuple[str | None, ...] = ()) -> str:
+    """One line of a delta-rs error: the request that failed and the innermost cause.
+
+    delta-rs reports a failed store request as a tree over several lines, colored, whose
+    first line is only "Generic S3 error"; the request and the cause are further down.
+    """
+    lines = [_ANSI.sub("", line).replace("\u21b3", "").strip() for line in str(exc).splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return type(exc).__name__
+    request = next((line for line in lines if line.startswith("Error performing ")), lines[0])
+    request = request.split(" in ")[0] if request.startswith("Error performing ") else request
+    cause = lines[-1]
+    text = request if cause == request or len(lines) == 1 else f"{request}: {cause}"
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
 
 
 def delta_type(t: pa.DataType) -> pa.DataType:
@@ -176,7 +198,7 @@ class DeltaSink(FileSink):
             raise
         except Exception as exc:
             raise SinkError(
-                f"{self.path}: cannot open Delta table: {sfs.describe_error(exc, secrets)}"
+                f"{self.path}: cannot open Delta table: {describe_delta_error(exc, secrets)}"
             ) from None
         self._schema = target
 
@@ -256,6 +278,28 @@ class DeltaSink(FileSink):
 
     def commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
         """One Delta commit with the batch's files and ``txn(app_id, batch_id)``."""
+        try:
+            committed = self._commit(batch_id, files)
+        except SinkError:
+            raise
+        except Exception as exc:
+            secrets = (self.location.s3.secret_access_key,) if self.location.s3 else ()
+            raise SinkError(
+                f"{self.path}: committing batch {batch_id} to the Delta table failed: "
+                f"{describe_delta_error(exc, secrets)}; run again: the batch is committed "
+                "once (its id is checked in the table first)"
+            ) from None
+        if committed and self.compact:
+            from inorder.sinks.compaction import compact_delta
+
+            compact_delta(
+                self.path,
+                storage_options=self.storage_options,
+                target_file_size=self.target_file_size,
+            )
+        return committed
+
+    def _commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
         from deltalake.transaction import AddAction, CommitProperties, Transaction
 
         table = self._table()
@@ -289,12 +333,4 @@ class DeltaSink(FileSink):
                 app_transactions=[Transaction(app_id=self.app_id, version=batch_id)]
             ),
         )
-        if self.compact:
-            from inorder.sinks.compaction import compact_delta
-
-            compact_delta(
-                self.path,
-                storage_options=self.storage_options,
-                target_file_size=self.target_file_size,
-            )
         return True

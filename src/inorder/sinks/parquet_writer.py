@@ -7,6 +7,7 @@ is visible to readers until the driver commits the batch (:mod:`inorder.sinks.pa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from inorder.errors import StorageError
 from inorder.sinks.base import BatchWriter, WrittenFile
 from inorder.sinks.commit_log import (
     partition_dir,
@@ -102,12 +104,31 @@ class ParquetBatchWriter(BatchWriter):
             state.buffered_bytes += data.nbytes
             self._total_buffered += data.nbytes
             if state.buffered_bytes >= min(ROW_GROUP_BUFFER_BYTES, self._target):
-                self._flush(state)
+                with self._writing(state):
+                    self._flush(state)
         if self._total_buffered > TOTAL_BUFFER_BYTES:
             for state in sorted(self._open.values(), key=lambda s: -s.buffered_bytes):
-                self._flush(state)
+                with self._writing(state):
+                    self._flush(state)
                 if self._total_buffered <= TOTAL_BUFFER_BYTES // 2:
                     break
+
+    @contextlib.contextmanager
+    def _writing(self, state: _Open) -> Iterator[None]:
+        """A failed write as one line naming the staged file (a full disk, a lost store)."""
+        try:
+            yield
+        except OSError as exc:
+            loc = self._location
+            where = loc.join(
+                state.path or "/".join(p for p in (self._prefix, state.directory) if p)
+            )
+            uri = f"s3://{where}" if loc.is_s3 else where
+            secrets = (loc.s3.secret_access_key, loc.s3.session_token) if loc.s3 else ()
+            raise StorageError(
+                f"cannot write staged file {uri}: {sfs.describe_error(exc, secrets)}; the batch "
+                "was not committed: run again once the location is writable"
+            ) from None
 
     def _flush(self, state: _Open) -> None:
         if not state.buffered:
@@ -130,6 +151,7 @@ class ParquetBatchWriter(BatchWriter):
         rel = "/".join(p for p in (self._prefix, state.directory, name) if p)
         self._counter += 1
         full = self._location.join(rel)
+        state.path = rel  # named by a failure from here on
         if not self._location.is_s3:
             self._location.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
         state.stream = self._location.filesystem.open_output_stream(full)
@@ -160,8 +182,9 @@ class ParquetBatchWriter(BatchWriter):
     def close(self) -> list[WrittenFile]:
         """Flush all partitions and return the staged files."""
         for state in self._open.values():
-            self._flush(state)
-            self._finish_file(state)
+            with self._writing(state):
+                self._flush(state)
+                self._finish_file(state)
         self._open.clear()
         return list(self._written)
 

@@ -259,7 +259,21 @@ def check_conditional_writes(location: Location, path: str) -> None:
         s3_objects.check_conditional_writes(location.s3, path)
 
 
+def _named(exc: OSError, path: str) -> OSError:
+    """``exc`` naming ``path`` when it names no file (a full disk fails ``write``, not open)."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, path)
+
+
 def _local_put_if_absent(path: str, data: bytes) -> None:
+    try:
+        _local_link_new(path, data)
+    except OSError as exc:
+        raise _named(exc, path) from None
+
+
+def _local_link_new(path: str, data: bytes) -> None:
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
@@ -321,13 +335,18 @@ def write_bytes(location: Location, path: str, data: bytes) -> None:
     """Write a small object (overwriting); locally via a temp file + rename."""
     if location.s3 is None:
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
-        with open(tmp, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with open(tmp, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise _named(exc, path) from None
         fsync_dir(directory)
         return
     s3_objects.put(location.s3, path, data)

@@ -1,0 +1,398 @@
+"""Fault matrix, storage outages: the S3 server stops or errs mid-batch; the local disk fills.
+
+Each case runs the session-table job (``tests/fixtures/sessions_job.py``) as ``inorder run``
+subprocesses on a broker and, for S3 output, a SeaweedFS server of its own (fixed topic names:
+the same partitions on every run). The job's S3 endpoint is a fault-injecting proxy
+(``tests/faults/s3_proxy.py``) in front of that server, so each fault lands at a known
+request: the first staged data file of a batch, a Parquet manifest, a Delta log entry. Where
+the server is stopped, the proxy goes down at that request (clients see refused connections
+from then on), the real server is stopped by pid, kept down, and restarted on the same data
+directory and ports. The run either continues or stops with one named line; a later run must
+leave the output exact against the simulator's truth and ``inorder validate``.
+
+The checkpoint stays on local disk: Spark's offsets and commits logs need a Hadoop
+filesystem, and s3a is not available (``docs/operations-guide.md``). Disk-full cases mount a
+small tmpfs (root only) for the checkpoint or the output and fill it mid-run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inorder.commands.run import dump_toml
+from inorder.dev import servers, services
+from inorder.dev.endpoints import S3Settings, kafka_bootstrap_servers, read_services_file
+from inorder.dev.simulator import GroundTruth, simulate
+from inorder.pipeline.checkpoint_layout import RUN_LOG_FILE
+from inorder.sessions.rebuild import read_changes
+from tests.faults.conftest import MatrixRecorder
+from tests.faults.s3_proxy import Moment, S3Proxy
+from tests.faults.test_process_faults import RUN_TIMEOUT, DriverRun, finish, wait_until
+from tests.fixtures.sessions_job import (
+    RESTART_SESSION,
+    TWO_LOCAL_CORES,
+    duplicate_change_rows,
+    sessions_config,
+    two_partition_simulation,
+    verify_changes,
+)
+
+#: How long the S3 server stays stopped (seconds), on top of stopping and starting it.
+DOWN_SECONDS = 3.0
+#: The first request writing a data file of a batch, per sink format.
+STAGED = {
+    "parquet": r"^(PUT|POST) /[^?]*/_inorder/staging/\d+/",
+    "delta": r"^(PUT|POST) /[^?]*/topic(=|%3D)[^/?]+/part-\d+-",
+}
+#: The request that commits a batch, per format, and the moment the outage starts there:
+#: a Parquet manifest is created and acknowledged, then publication meets the outage; a Delta
+#: log entry never reaches the server.
+COMMIT = {
+    "parquet": (r"^PUT /[^?]*/_inorder/commits/\d{20}\.json", "after"),
+    "delta": (r"^PUT /[^?]*/_delta_log/\d{20}\.json", "before"),
+}
+
+
+# -- the services of one test -----------------------------------------------------------------
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[str]:
+    """A fresh broker on a free port for this test only; its bootstrap servers."""
+    state_dir = tmp_path / "broker"
+    services.up(state_dir, kafka_port=0, only=["kafka"], die_with_parent=True)
+    try:
+        yield kafka_bootstrap_servers(state_dir)
+    finally:
+        services.down(state_dir, only=["kafka"])
+
+
+@dataclasses.dataclass
+class OwnS3:
+    """A SeaweedFS server this test started, behind a fault-injecting proxy."""
+
+    state_dir: Path
+    settings: S3Settings
+    proxy: S3Proxy
+
+    def storage_options(self) -> dict[str, str]:
+        """The store as the job sees it: through the proxy."""
+        return dataclasses.replace(
+            self.settings, endpoint_url=self.proxy.endpoint_url
+        ).storage_options()
+
+    def stop(self) -> None:
+        services.down(self.state_dir, only=["s3"])
+
+    def start(self) -> None:
+        """On the data directory, credentials and every port of the first start."""
+        services.up(self.state_dir, only=["s3"], die_with_parent=True)
+
+    def outage(self, seconds: float = DOWN_SECONDS) -> None:
+        """Stop the server by pid, keep it down ``seconds``, start it again (proxy still down)."""
+        self.stop()
+        time.sleep(seconds)
+        self.start()
+
+
+@pytest.fixture
+def own_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OwnS3]:
+    """A SeaweedFS server on free ports in this test's directory, and its proxy."""
+    state_dir = tmp_path / "s3"
+    services.up(state_dir, s3_port=0, only=["s3"], die_with_parent=True)
+    proxy: S3Proxy | None = None
+    try:
+        entry = read_services_file(state_dir)["s3"]
+        # A restart reuses the S3 port (services.json); keep the internal ports too.
+        ports = dict(entry["internal_ports"])
+        monkeypatch.setattr(servers, "_internal_s3_ports", lambda port: ports)
+        settings = S3Settings(
+            entry["endpoint_url"], entry["access_key_id"], entry["secret_access_key"],
+            entry["region"], entry["bucket"],
+        )  # fmt: skip
+        proxy = S3Proxy(int(entry["port"]))
+        yield OwnS3(state_dir, settings, proxy)
+    finally:
+        if proxy is not None:
+            proxy.close()
+            (tmp_path / "s3-requests.log").write_text("\n".join(proxy.seen))  # for a failure
+        services.down(state_dir, only=["s3"])
+
+
+# -- the job and its check --------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Job:
+    toml: Path
+    output: str
+    options: dict[str, str] | None
+    truth: GroundTruth
+
+
+def make_job(
+    bootstrap: str, work: Path, prefix: str, seed: int, sink: dict[str, Any] | None = None
+) -> Job:
+    """Two sites of two partitions each, 300 records a batch (about ten batches)."""
+    simulation = two_partition_simulation(
+        prefix, seed, sites=2, faulty=0.2, sessions_per_site=8, rows_per_snapshot=5,
+        messages=3000, restart_every=120,
+    )  # fmt: skip
+    result = simulate(simulation, bootstrap)
+    sink = sink or {"path": str(work / "output"), "partition_by": ["topic"]}
+    config = sessions_config(
+        bootstrap, prefix, work, name="outages", max_offsets=300, trigger="available-now",
+        progress="json", integrity=RESTART_SESSION, sink=sink, spark=TWO_LOCAL_CORES,
+    )  # fmt: skip
+    toml = work / "pipeline.toml"
+    toml.write_text(dump_toml(config))
+    return Job(toml, sink["path"], sink.get("storage_options"), result.ground_truth)
+
+
+def s3_sink(s3: OwnS3, fmt: str, name: str) -> dict[str, Any]:
+    return {
+        "type": fmt,
+        "path": f"s3://{s3.settings.bucket}/{name}/output",
+        "partition_by": ["topic"],
+        "storage_options": s3.storage_options(),
+    }
+
+
+def exact_check(job: Job) -> tuple[bool, str]:
+    """The output against the truth and ``inorder validate``: (exact?, the check in words)."""
+    from inorder.ops.target import OpsTarget
+    from inorder.ops.validate import validate
+
+    changes = read_changes(job.output, job.options)
+    duplicated = duplicate_change_rows(changes)
+    tables = verify_changes(changes, job.truth)
+    report = validate(OpsTarget.load(str(job.toml)))
+    missing = sum(p.missing for p in report.partitions)
+    extra = sum(p.extra for p in report.partitions)
+    different = sum(p.different for p in report.partitions)
+    tables_ok = tables.ok and tables.exact + tables.unknown == tables.sessions
+    ok = duplicated == 0 and tables_ok and report.ok
+    check = (
+        f"{'exact' if ok else 'NOT exact'}: {missing} missing, {extra} extra, "
+        f"{different} different, {duplicated} duplicated rows; session tables "
+        f"{tables.exact}/{tables.sessions} equal the truth ({tables.unknown} not checkable)"
+        f"{'' if tables_ok else ': ' + '; '.join(tables.lines()[:3])}; "
+        f"validate {'clean' if report.ok else 'NOT clean'}"
+    )
+    return ok, check
+
+
+def ended(run: DriverRun, named_by: Callable[[str], bool]) -> tuple[str, str, bool]:
+    """(outcome, what happened, as expected?) of a run that met a fault; waits for its end.
+
+    A run that stops must print one ``inorder: error:`` line that ``named_by`` accepts, and
+    no Python trace.
+    """
+    rc = run.wait()
+    if rc == 0:
+        return "continued", "the run retried through it and finished", True
+    line = run.error_line()
+    trace = "Traceback" in "".join(run.stderr)
+    named = bool(line) and not trace and named_by(line)
+    what = f"the run stopped (exit {rc}): {line!r}"
+    if not named:
+        what = f"DEFECT ({'a Python trace' if trace else 'error not named'}): {what}"
+    return "named error", what, named
+
+
+# -- S3 server stopped and restarted ----------------------------------------------------------
+
+
+def names_s3_unreachable(line: str) -> bool:
+    """The line names the S3 object or bucket and the lost connection.
+
+    The request in flight when the server stops sees its connection reset, later ones a
+    refused connection.
+    """
+    text = line.lower()
+    causes = ("refused", "could not connect", "connection reset")
+    return ("s3://" in text or "bucket" in text) and any(c in text for c in causes)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", pytest.param("delta", marks=pytest.mark.slow)])
+def test_s3_server_stopped_mid_batch(
+    fmt: str, broker: str, own_s3: OwnS3, tmp_path: Path, matrix: MatrixRecorder
+) -> None:
+    job = make_job(broker, tmp_path, f"so{fmt[0]}-", 21, s3_sink(own_s3, fmt, f"stopped-{fmt}"))
+    proxy = own_s3.proxy
+    commit = (
+        "right after a Parquet batch's manifest (the commit point), during publication"
+        if fmt == "parquet"
+        else "at a Delta batch's commit (the log entry's PUT)"
+    )
+    phases: list[tuple[str, str, Moment]] = [
+        (f"while staging a {fmt} batch's data files", STAGED[fmt], "before"),
+        (commit, *COMMIT[fmt]),
+    ]
+    results: list[tuple[str, str, bool]] = []
+    down = proxy.trip(phases[0][1], phases[0][2])
+    run = DriverRun(job.toml)
+    for n in range(len(phases)):
+        last = n + 1 == len(phases)
+        wait_until(down.is_set, run, f"the request of outage {n + 1}", RUN_TIMEOUT)
+        own_s3.outage()
+        if not last:  # armed while the proxy is still down: nothing passes in between
+            down = proxy.trip(phases[n + 1][1], phases[n + 1][2])
+        proxy.up()
+        if not last:
+            wait_until(lambda: down.is_set() or not run.alive(), None, "an end", RUN_TIMEOUT)  # noqa: B023
+            if run.alive():
+                results.append(("continued", "the run retried through it", True))
+                continue
+        results.append(ended(run, names_s3_unreachable))
+        if not last:
+            run = DriverRun(job.toml)
+    final = finish(job.toml)
+    ok, check = exact_check(job)
+    for (moment, _, _), (outcome, what, named) in zip(phases, results, strict=True):
+        matrix.record(
+            group="storage",
+            fault=f"S3 server stopped {DOWN_SECONDS:.0f} s {moment}, restarted (same data "
+            "dir and ports)",
+            times=1, outcome=outcome, ok=ok and named,
+            check=f"{what}; the next run resumed ({final.records()} records); {check}",
+        )  # fmt: skip
+    assert ok, check
+    assert all(named for _, _, named in results), results
+
+
+# -- S3 answering errors for a while ----------------------------------------------------------
+
+
+def names_s3(line: str) -> bool:
+    """The line names the S3 object or bucket that failed."""
+    return "s3://" in line or "bucket" in line.lower()
+
+
+ERRORS = {
+    "503 SlowDown to 12 requests in a row from a batch's first staged write": (
+        "parquet",
+        lambda proxy: proxy.on(STAGED["parquet"], lambda: proxy.errors(count=12)),
+    ),
+    "connections reset for 3 s from a batch's first staged write": (
+        "parquet",
+        lambda proxy: proxy.on(STAGED["parquet"], lambda: proxy.errors(seconds=3, reset=True)),
+    ),
+    "answer to a Parquet manifest's conditional PUT lost (created; the client retried)": (
+        "parquet",
+        lambda proxy: proxy.lose_answer(COMMIT["parquet"][0]),
+    ),
+    "answer to a Delta log entry's conditional PUT lost (created; the client retried)": (
+        "delta",
+        lambda proxy: proxy.lose_answer(COMMIT["delta"][0]),
+    ),
+}
+SLOW_ERRORS = {"connections reset for 3 s from a batch's first staged write"}
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [pytest.param(f, marks=[pytest.mark.slow] if f in SLOW_ERRORS else []) for f in ERRORS],
+)
+def test_s3_errors_for_a_while(
+    fault: str, broker: str, own_s3: OwnS3, tmp_path: Path, matrix: MatrixRecorder
+) -> None:
+    fmt, arm = ERRORS[fault]
+    number = list(ERRORS).index(fault)
+    name = f"errors-{number}"
+    job = make_job(broker, tmp_path, f"se{number}-", 22, s3_sink(own_s3, fmt, name))
+    arm(own_s3.proxy)
+    run = DriverRun(job.toml)
+    outcome, what, named = ended(run, names_s3)
+    own_s3.proxy.errors()  # what is left of a burst ends with the run
+    injected = own_s3.proxy.injected
+    assert injected, f"the fault was never injected: {own_s3.proxy.seen[-20:]}"
+    if outcome != "continued":
+        finish(job.toml)
+        what += "; the next run resumed"
+    ok, check = exact_check(job)
+    matrix.record(
+        group="storage", fault=f"S3 {fault} ({fmt} output)", times=injected, outcome=outcome,
+        ok=ok and named, check=f"{what}; {check}",
+    )  # fmt: skip
+    assert ok, check
+    assert named, what
+
+
+# -- local disk full --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_tmpfs(directory: Path, size: str = "8m") -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted on ``directory`` (skips unless root and mount works)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    directory.mkdir(parents=True, exist_ok=True)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)]
+    done = subprocess.run(mount, capture_output=True, text=True, timeout=30)
+    if done.returncode:
+        pytest.skip(f"mount -t tmpfs failed: {done.stderr.strip()}")
+    try:
+        yield directory
+    finally:
+        if subprocess.run(["umount", str(directory)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(directory)], check=True)
+
+
+def fill(directory: Path) -> Path:
+    """Fill the filesystem of ``directory`` to the last byte with one file; its path."""
+    filler = directory / "filler.bin"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for chunk in (1 << 20, 1 << 16, 1 << 12, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * chunk)
+    finally:
+        os.close(fd)
+    return filler
+
+
+def names_no_space(directory: Path) -> Callable[[str], bool]:
+    def named(line: str) -> bool:
+        message = line.split(" (full trace in ")[0]
+        text = message.lower()
+        no_space = "no space left" in text or "enospc" in text or "errno 28" in text
+        return no_space and str(directory) in message
+
+    return named
+
+
+@pytest.mark.parametrize("where", ["checkpoint", pytest.param("output", marks=pytest.mark.slow)])
+def test_local_disk_full(where: str, broker: str, tmp_path: Path, matrix: MatrixRecorder) -> None:
+    with small_tmpfs(tmp_path / where) as directory:
+        job = make_job(broker, tmp_path, f"sd{where[0]}-", 23)
+        run = DriverRun(job.toml)
+        wait_until(lambda: run.records(), run, "a first batch", RUN_TIMEOUT)
+        filler = fill(directory)
+        outcome, what, named = ended(run, names_no_space(directory))
+        with contextlib.suppress(OSError):  # the rerun replaces it: keep the trace
+            shutil.copyfile(tmp_path / "checkpoint" / RUN_LOG_FILE, tmp_path / "failed-run.log")
+        filler.unlink()
+        what += "; space freed, the next run resumed"
+        finish(job.toml)
+        ok, check = exact_check(job)
+    fault = "local disk full (8 MiB tmpfs filled mid-run) under the " + (
+        "checkpoint" if where == "checkpoint" else "local output and its staging"
+    )
+    matrix.record(
+        group="storage", fault=fault, times=1, outcome=outcome, ok=ok and named,
+        check=f"{what}; {check}",
+    )  # fmt: skip
+    assert ok, check
+    assert named, what
