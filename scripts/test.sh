@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up and run every check: ruff, mypy --strict on the package, and the pytest suite
 # (against a real local broker, S3 server and Spark, all started by the test fixtures).
-# The whole suite takes ~30 minutes on 2 cores (~10 of them without the soak tests marked
+# The whole suite takes ~35 minutes on 2 cores (less without the soak tests marked
 # slow: kill -9 loops, executor/worker loss, sink crash loops). INORDER_TEST_QUICK=1 skips
 # those. Then the unit suite and one end-to-end run on the oldest and newest supported Python
 # that the whole suite did not use (INORDER_TEST_OTHER_PYTHONS=0 skips them). Extra arguments
