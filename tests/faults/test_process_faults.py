@@ -291,15 +291,20 @@ def exact_check(
     ``keep`` narrows the change rows (an Arrow mask of them), ``validate_args`` the
     validation (``only=``), to what the job's truth covers.
     """
-    from inorder.ops.target import OpsTarget
-    from inorder.ops.validate import validate
-
     changes = read_changes(str(job.output))
     if keep is not None:
         changes = changes.filter(keep(changes))
+    return exact_verdict(changes, job.truth, job.toml, **validate_args)
+
+
+def exact_verdict(changes: Any, truth: Any, toml: Path, **validate_args: Any) -> tuple[bool, str]:
+    """Change rows against the truth, and ``inorder validate`` of the pipeline ``toml``."""
+    from inorder.ops.target import OpsTarget
+    from inorder.ops.validate import validate
+
     duplicated = duplicate_change_rows(changes)
-    tables = verify_changes(changes, job.truth)
-    report = validate(OpsTarget.load(str(job.toml)), **validate_args)
+    tables = verify_changes(changes, truth)
+    report = validate(OpsTarget.load(str(toml)), **validate_args)
     missing = sum(p.missing for p in report.partitions)
     extra = sum(p.extra for p in report.partitions)
     different = sum(p.different for p in report.partitions)

@@ -37,14 +37,18 @@ from inorder.pipeline.checkpoint_layout import RUN_LOG_FILE
 from inorder.sessions.rebuild import read_changes
 from tests.faults.conftest import MatrixRecorder
 from tests.faults.s3_proxy import Moment, S3Proxy
-from tests.faults.test_process_faults import RUN_TIMEOUT, DriverRun, finish, wait_until
+from tests.faults.test_process_faults import (
+    RUN_TIMEOUT,
+    DriverRun,
+    exact_verdict,
+    finish,
+    wait_until,
+)
 from tests.fixtures.sessions_job import (
     RESTART_SESSION,
     TWO_LOCAL_CORES,
-    duplicate_change_rows,
     sessions_config,
     two_partition_simulation,
-    verify_changes,
 )
 
 #: How long the S3 server stays stopped (seconds), on top of stopping and starting it.
@@ -170,26 +174,7 @@ def s3_sink(s3: OwnS3, fmt: str, name: str) -> dict[str, Any]:
 
 def exact_check(job: Job) -> tuple[bool, str]:
     """The output against the truth and ``inorder validate``: (exact?, the check in words)."""
-    from inorder.ops.target import OpsTarget
-    from inorder.ops.validate import validate
-
-    changes = read_changes(job.output, job.options)
-    duplicated = duplicate_change_rows(changes)
-    tables = verify_changes(changes, job.truth)
-    report = validate(OpsTarget.load(str(job.toml)))
-    missing = sum(p.missing for p in report.partitions)
-    extra = sum(p.extra for p in report.partitions)
-    different = sum(p.different for p in report.partitions)
-    tables_ok = tables.ok and tables.exact + tables.unknown == tables.sessions
-    ok = duplicated == 0 and tables_ok and report.ok
-    check = (
-        f"{'exact' if ok else 'NOT exact'}: {missing} missing, {extra} extra, "
-        f"{different} different, {duplicated} duplicated rows; session tables "
-        f"{tables.exact}/{tables.sessions} equal the truth ({tables.unknown} not checkable)"
-        f"{'' if tables_ok else ': ' + '; '.join(tables.lines()[:3])}; "
-        f"validate {'clean' if report.ok else 'NOT clean'}"
-    )
-    return ok, check
+    return exact_verdict(read_changes(job.output, job.options), job.truth, job.toml)
 
 
 def ended(run: DriverRun, named_by: Callable[[str], bool]) -> tuple[str, str, bool]:
