@@ -288,6 +288,7 @@ def test_real_drivers_refused_fenced_and_taken_over(
         # test, as a driver on another machine would); new data arrives; the first resumes.
         os.killpg(first.pid, signal.SIGSTOP)
         committed_before = _spark_batches(checkpoint, "commits")
+        planned_before = _spark_batches(checkpoint, "offsets")
         time.sleep(3.5)
         thief = CheckpointLease(LocalLeaseStore(str(checkpoint)), 3.0, holder="a driver elsewhere")
         assert thief.acquire(wait=False).epoch == 2
@@ -308,7 +309,12 @@ def test_real_drivers_refused_fenced_and_taken_over(
             r"more \(the other run goes on\)",
             lost[-1],
         ), output[-3000:]
-        assert _spark_batches(checkpoint, "commits") == committed_before  # nothing more
+        # A batch whose fencing check passed before the pause may still finish its commit (the
+        # documented window: the check extends the lease for that commit); nothing planned
+        # after the pause, and nothing after the lost check, is committed.
+        committed_after = _spark_batches(checkpoint, "commits")
+        assert set(committed_after) <= set(planned_before), (planned_before, committed_after)
+        committed_before = committed_after
         assert not any(
             t.startswith(prefix + "b")
             for t in read_changes(str(tmp_path / "output")).column("topic").to_pylist()

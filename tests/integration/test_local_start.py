@@ -154,7 +154,12 @@ def test_warming_workers_starts_the_daemon_beside_the_driver(spark: Any) -> None
     warm_up.join(timeout=120)
     assert not warm_up.is_alive() and warm_up.error is None, warm_up.error
     jvm = psutil.Process(spark.sparkContext._gateway.proc.pid)
-    daemons = [
-        p for p in jvm.children(recursive=True) if "inorder.spark.daemon" in " ".join(p.cmdline())
-    ]
+
+    def command_line(process: Any) -> str:
+        try:
+            return " ".join(process.cmdline())
+        except psutil.Error:  # exited, or a zombie not yet reaped, since the listing
+            return ""
+
+    daemons = [p for p in jvm.children(recursive=True) if "inorder.spark.daemon" in command_line(p)]
     assert daemons, "no Python worker daemon under the session's JVM"
