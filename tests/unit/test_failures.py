@@ -73,3 +73,23 @@ def test_a_dead_python_worker_is_named_not_the_py4j_wrapper() -> None:
     assert str(error).startswith("a Spark Python worker died while running this batch's tasks")
     assert "resumes exactly (full trace in /tmp/run.log)" in str(error)
     assert "Py4J" not in str(error)
+
+
+DISK_FULL = """Job aborted due to stage failure: org.apache.spark.api.python.PythonException: \
+Traceback (most recent call last):
+  File "/x/inorder/storage/fs.py", line 349, in write_bytes
+OSError: [Errno 28] No space left on device: '/ck/engine/batches/00000000000000000001.json'
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(x)
+"""
+
+
+def test_a_full_disk_names_the_file_and_that_nothing_was_committed() -> None:
+    error = str(explain_failure(DISK_FULL, "ck", "ck/inorder-run.log"))
+    assert error == (
+        "cannot write /ck/engine/batches/00000000000000000001.json: No space left on device; "
+        "the batch was not committed: run again once the location is writable (it resumes "
+        "exactly) (full trace in ck/inorder-run.log)"
+    )
+    # Other operating-system errors keep their own words.
+    other = DISK_FULL.replace("[Errno 28] No space left on device", "[Errno 2] No such file")
+    assert str(explain_failure(other, "ck")).startswith("OSError: [Errno 2] No such file: ")

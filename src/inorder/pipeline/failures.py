@@ -8,6 +8,7 @@ line printed names the log.
 
 from __future__ import annotations
 
+import errno
 import re
 
 from inorder.errors import ConfigError, DataLossError, InorderError, IntegrityError
@@ -29,6 +30,10 @@ _CONCURRENT = (
 )
 #: What Spark says when a Python worker process died under a task (killed, out of memory).
 _WORKER_DIED = "Python worker exited unexpectedly"
+#: An operating-system error naming a file: ``[Errno 28] No space left on device: '/x/y'``.
+_OS_ERROR = re.compile(r"^\[Errno (?P<errno>\d+)\] (?P<reason>[^:]+): '(?P<path>.+)'$")
+#: Errors of a location that cannot take writes now (full, read-only, not permitted, I/O).
+_UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 
 
 def explain_failure(text: str, checkpoint: str, log_file: str | None = None) -> InorderError:
@@ -51,6 +56,9 @@ def explain_failure(text: str, checkpoint: str, log_file: str | None = None) -> 
     if found is not None:
         name, message = found
         error_class = _KNOWN.get(name.rsplit(".", 1)[-1], InorderError)
+        unwritable = _unwritable(message)
+        if unwritable is not None:
+            return InorderError(f"{unwritable}{where}")
         if not name.startswith("inorder."):
             message = f"{name.rsplit('.', 1)[-1]}: {message}"
         return error_class(f"{message}{where}")
@@ -58,6 +66,17 @@ def explain_failure(text: str, checkpoint: str, log_file: str | None = None) -> 
     first = lines[0] if lines else "unknown failure"
     first = re.sub(r"^\[[A-Z_.]+\]\s*", "", first)
     return InorderError(f"query failed: {first}{where}")
+
+
+def _unwritable(message: str) -> str | None:
+    """The line for a write refused by the operating system (a full disk...), else None."""
+    match = _OS_ERROR.match(message)
+    if match is None or int(match.group("errno")) not in _UNWRITABLE:
+        return None
+    return (
+        f"cannot write {match.group('path')}: {match.group('reason')}; the batch was not "
+        "committed: run again once the location is writable (it resumes exactly)"
+    )
 
 
 def _python_error(text: str) -> tuple[str, str] | None:

@@ -261,7 +261,16 @@ class CheckpointStore:
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd")
         data = buffer.getvalue()
-        write_bytes(self.location, self.file_path(tp, version, kind), data)
+        path = self.file_path(tp, version, kind)
+        try:
+            write_bytes(self.location, path, data)
+        except OSError as exc:
+            # A full disk or a lost mount: say which state file and that nothing was committed.
+            reason = exc.strerror or str(exc).strip().splitlines()[0] or type(exc).__name__
+            raise StorageError(
+                f"cannot write state file {path}: {reason}; the batch was not committed: run "
+                "again once the checkpoint location is writable"
+            ) from None
         return len(data)
 
     def read_table(self, path: str) -> pa.Table:
