@@ -1,7 +1,7 @@
 """CPU per record of the session job end to end: inorder, the one-process limit, vanilla PySpark.
 
 Run: ``.venv/bin/python bench/cpu_per_record.py [--messages 400000] [--max-offsets 100000]
-[--rounds 5] [--skip-vanilla] [--vs CHECKOUT] [--with-quix]``
+[--rounds 5] [--skip-vanilla] [--vs CHECKOUT] [--with-quix] [--with-tables]``
 
 Quick check (~3 minutes on 2 shared cores): ``--messages 100000 --max-offsets 25000 --rounds 2
 --skip-vanilla``. The defaults take 10-15 minutes here.
@@ -17,6 +17,8 @@ order rotates every round):
   (``PYTHONPATH=CHECKOUT/src``, which the JVM hands on to its Python workers); the driver
   prints ``inorder.__file__`` and every Python process's ``PYTHONPATH`` is checked, so a run
   that imported the wrong tree stops the benchmark;
+* **inorder+tables** with ``--with-tables``: the same run keeping both session tables
+  (``[tables]`` current and history, Delta, beside the output): what the tables add to a batch;
 * **limit**: one Python process doing the whole job: a confluent-kafka consumer over every
   partition, msgspec decode, the same session processor with dict state, pyarrow Parquet
   (zstd) writes of the same change rows (``pure_python_rate`` of ``bench/e2e_throughput.py``);
@@ -181,6 +183,9 @@ def run_contender(
             DRIVER,
             *common.sessions_run_args(bootstrap, prefix, max_offsets, work),
         ]
+        if kind == "inorder+tables":
+            argv += ["--set", f"tables.current={work}/current"]
+            argv += ["--set", f"tables.history={work}/history"]
     elif kind == "limit":
         argv = [sys.executable, here, "--child", "limit", bootstrap, prefix, f"{work}/out"]
         argv.append(str(total))
@@ -306,6 +311,11 @@ def main() -> int:
     parser.add_argument(
         "--vs", metavar="CHECKOUT", help="also run the inorder contender from this source tree"
     )
+    parser.add_argument(
+        "--with-tables",
+        action="store_true",
+        help="also run inorder keeping both session tables (current and history, Delta)",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -323,6 +333,8 @@ def main() -> int:
         if not (other / "src" / "inorder").is_dir():
             parser.error(f"--vs: {other}/src/inorder is not a directory")
         contenders.append((f"inorder ({other.name})", other))
+    if args.with_tables:
+        contenders.append(("inorder+tables", ROOT))
     contenders.append(("limit", ROOT))
     if args.with_quix:
         quix.ensure_venv(ROOT)

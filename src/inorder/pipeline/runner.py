@@ -173,7 +173,8 @@ class PipelineRunner:
                     # After the change log's commit, also on a re-run that commits nothing.
                     self._materializer.after_commit(batch_id)
                 if self._tables is not None:
-                    self._tables.after_commit(batch_id)  # likewise: catches up, exactly once
+                    done = self._tables.after_commit(batch_id)  # likewise: catches up, once
+                    report.phase_seconds["tables"] = done.seconds
             except BaseException as exc:
                 self._failure = exc
                 self._quiet_spark()
