@@ -7,7 +7,8 @@ after the change log's manifest, after the change log's commit, and between the 
 the history table's commits. Before each restart the test checks that the kill left the
 output in exactly the state the seam names; after the last run the change log must equal the
 truth (and ``inorder validate``), the current table must equal the change log rebuilt, and
-the history table must answer as-of queries as the change log does.
+the history table must answer as-of queries as the change log does, and ``inorder
+validate``'s check of the tables must be clean.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from deltalake import DeltaTable
 
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
+from inorder.ops.target import OpsTarget
 from inorder.sessions.rebuild import read_changes, rebuild_tables
+from inorder.sessions.tables_check import check_pipeline_tables
 from inorder.sessions.tables_delta import BATCH_KEY
 from tests.faults.conftest import MatrixRecorder
 from tests.faults.test_process_faults import RUN_TIMEOUT, child_env, exact_verdict, finish
@@ -131,9 +134,14 @@ def test_kill_9_at_each_seam_of_a_commit(
     tables_equal = current_tables(str(current), None) == expected
     as_of = check_history(changes, str(history), None, 30)
     assert _table_batch(current) == _table_batch(history) == max(_change_log(output)[1])
+    target = OpsTarget.load(str(toml))
+    validated = check_pipeline_tables(target.pipeline, (target.layout.read_info() or {})["id"])
+    assert validated is not None
+    tables_equal = tables_equal and validated.ok
     check += (
         f"; current table {'equals' if tables_equal else 'DIFFERS from'} the change log "
-        f"rebuilt ({len(expected)} sessions); history: {as_of} as-of queries equal"
+        f"rebuilt ({len(expected)} sessions); history: {as_of} as-of queries equal; "
+        f"validate's tables check {'clean' if validated.ok else 'NOT clean'}"
     )
     for point, state in left:
         matrix.record(
@@ -146,4 +154,4 @@ def test_kill_9_at_each_seam_of_a_commit(
             ok=ok and tables_equal,
         )
     assert ok, check
-    assert tables_equal, check
+    assert tables_equal, "\n".join([check, *validated.lines()])

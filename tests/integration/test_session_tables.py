@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -159,35 +160,8 @@ def test_tables_follow_the_change_log_through_failures_and_restore(
         w.check()
         return w
 
-    log = ChangeLog(seed=11, sessions=16)
-    w = writer()
-    original = DeltaTableOutput.merge
     batches = 9
-    for b in range(batches):
-        commit(changes, b, log.batch(b, messages=30))
-        if b == 3:
-            w = writer()  # a restart: row ids read back from the tables
-        if b == 5:
-            # Killed after the current table's commit, before the history's.
-            def failing(self: DeltaTableOutput, *args: Any) -> dict[str, Any]:
-                if self.kind == "history":
-                    raise InorderError("injected failure")
-                return original(self, *args)
-
-            with monkeypatch.context() as patch:
-                patch.setattr(DeltaTableOutput, "merge", failing)
-                with pytest.raises(InorderError, match="injected"):
-                    w.after_commit(b)
-            w = writer()  # the re-run of batch 5: current has it, history catches up
-            report = w.after_commit(b)
-            assert report.committed == ["history"], report
-            continue
-        if b == 6:
-            continue  # a table commit lost entirely: batch 7 catches up 6 and 7
-        report = w.after_commit(b)
-        if b == 7:
-            assert report.caught_up == 1
-        assert writer().after_commit(b).committed == []  # a re-run commits nothing twice
+    w = drive_through_failures(changes, writer, DeltaTableOutput, monkeypatch, batches)
     log_rows = changes.read_batches(0, batches)
     expected = non_empty(rebuild_tables(log_rows))
     current_path, history_path = outputs.current, outputs.history
@@ -226,6 +200,52 @@ def test_tables_follow_the_change_log_through_failures_and_restore(
     lines = format_table_status(status)
     assert lines[0].endswith("holds change-log batches through 8"), lines
     assert any("batches 6..7" in line for line in lines), lines
+
+
+def drive_through_failures(
+    changes: Any,
+    writer: Callable[[], SessionTablesWriter],
+    output_class: type[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    batches: int,
+    commits_of: Callable[[SessionTablesWriter], Any] | None = None,
+) -> SessionTablesWriter:
+    """Commit ``batches`` change-log batches and the tables after each, through a restart
+    (batch 3), a failure between the current and the history table's commits (5), a lost
+    table commit (6, caught up by 7) and a re-run of every batch, which must commit nothing
+    (nor change ``commits_of`` the tables, when given); the last writer."""
+    log = ChangeLog(seed=11, sessions=16)
+    w = writer()
+    original = output_class.merge
+    for b in range(batches):
+        commit(changes, b, log.batch(b, messages=30))
+        if b == 3:
+            w = writer()  # a restart: row ids read back from the tables
+        if b == 5:
+            # Killed after the current table's commit, before the history's.
+            def failing(self: Any, *args: Any) -> dict[str, Any]:
+                if self.kind == "history":
+                    raise InorderError("injected failure")
+                return original(self, *args)  # type: ignore[no-any-return]
+
+            with monkeypatch.context() as patch:
+                patch.setattr(output_class, "merge", failing)
+                with pytest.raises(InorderError, match="injected"):
+                    w.after_commit(b)
+            w = writer()  # the re-run of batch 5: current has it, history catches up
+            report = w.after_commit(b)
+            assert report.committed == ["history"], report
+            continue
+        if b == 6:
+            continue  # a table commit lost entirely: batch 7 catches up 6 and 7
+        report = w.after_commit(b)
+        if b == 7:
+            assert report.caught_up == 1
+        before = commits_of(w) if commits_of is not None else None
+        assert writer().after_commit(b).committed == []  # a re-run commits nothing twice
+        if commits_of is not None:
+            assert commits_of(w) == before
+    return w
 
 
 def offsets_of(changes: pa.Table, first: int, last: int) -> dict[str, list[int]]:

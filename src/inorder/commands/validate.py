@@ -17,9 +17,11 @@ EXAMPLES = """examples:
   inorder validate pipeline.toml --from-offset 120000 --json
   inorder validate pipeline.toml --from-time 2024-05-01T00:00:00Z --topic site-a
 
-Exit status: 0 when the output matches the recomputation, 1 on any discrepancy.
-Rows are compared without batch_id. Processing-time timeouts are reproduced exactly only
-while the checkpoint holds the batch history (see docs/operations.md).
+Exit status: 0 when the output matches the recomputation (and the session tables of a
+pipeline with [tables] match the change log: checked whole, whatever --topic or --from-*
+select; --skip-tables skips it), 1 on any discrepancy. Rows are compared without batch_id.
+Processing-time timeouts are reproduced exactly only while the checkpoint holds the batch
+history (see docs/operations.md and docs/tables.md).
 """
 
 
@@ -53,6 +55,11 @@ def register(subparsers: Any) -> None:
         help="records recomputed and compared at a time (memory bound; default 50000)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--skip-tables",
+        action="store_true",
+        help="do not check the session tables ([tables]) against the change log",
+    )
     add_run_set_option(parser)
     parser.set_defaults(func=handle)
 
@@ -78,5 +85,15 @@ def handle(args: argparse.Namespace) -> int:
         chunk_records=args.chunk_records,
         only=only,
     )
-    print_report(args.json, report.to_json(), report.lines)
-    return 0 if report.ok else 1
+    doc, lines, ok = report.to_json(), report.lines(), report.ok
+    if not args.skip_tables:
+        from inorder.sessions.tables_check import check_pipeline_tables
+
+        owner = (target.layout.read_info() or {}).get("id")
+        tables = check_pipeline_tables(target.pipeline, owner)
+        if tables is not None:
+            ok = ok and tables.ok
+            doc |= {"ok": ok, "tables": tables.to_json()}
+            lines += tables.lines()
+    print_report(args.json, doc, lambda: lines)
+    return 0 if ok else 1

@@ -146,7 +146,7 @@ class RepairPlan:
             if t.needed:
                 out.append(
                     f"  {t.table} table {t.path}: holds batches through {t.holds}; restore to "
-                    f"version {t.version} (through batch {t.restored_to}); the next run "
+                    f"{t.restore_to} (through batch {t.restored_to}); the next run "
                     f"catches it up from the change log"
                 )
             else:

@@ -157,8 +157,38 @@ def _check_tables(config: Config, origin: str) -> None:
         raise ConfigError(
             f"{origin}: [tables] needs the session-table processor (processor.type = 'sessions')"
         )
+    if spec["format"] == "iceberg":
+        _check_iceberg_tables(config, paths, origin)
+        return
+    if spec["format"] != "delta":
+        raise ConfigError(
+            f"{origin}: tables.format must be 'delta' or 'iceberg', not {spec['format']!r}"
+        )
+    if spec["warehouse"] or spec["catalog"] or spec["catalog_file"]:
+        raise ConfigError(
+            f"{origin}: tables.warehouse, tables.catalog and tables.catalog_file need "
+            "tables.format = 'iceberg'"
+        )
     if config["sink"]["path"].rstrip("/") in paths or len(set(paths)) < len(paths):
         raise ConfigError(f"{origin}: tables.current, tables.history and sink.path must differ")
+
+
+def _check_iceberg_tables(config: Config, names: list[str], origin: str) -> None:
+    spec, sink = config["tables"], config["sink"]
+    for name in names:
+        if name.count(".") < 1 or not all(name.split(".")):
+            raise ConfigError(
+                f"{origin}: tables: Iceberg table {name!r} must be named 'namespace.name'"
+            )
+    change_log = [sink["table"]] if sink["type"] == "iceberg" else []
+    if len(set(names + change_log)) < len(names) + len(change_log):
+        raise ConfigError(f"{origin}: tables.current, tables.history and sink.table must differ")
+    shared = sink["type"] == "iceberg" and not spec["warehouse"] and not spec["catalog"]
+    if names and not shared and not (spec["warehouse"] or spec["catalog"].get("warehouse")):
+        raise ConfigError(
+            f"{origin}: tables.warehouse is required: Iceberg tables need a warehouse "
+            "(or catalog.warehouse; with an Iceberg sink they share its catalog by default)"
+        )
 
 
 def _check_iceberg_sink(config: Config, origin: str) -> None:
@@ -427,11 +457,26 @@ def _make_tables(config: Config, processor: Any) -> Any:
 
     given = spec["storage_options"] or config["sink"]["storage_options"]
     first = spec["current"] or spec["history"]
+    iceberg: dict[str, Any] = {}
+    if spec["format"] == "iceberg":
+        sink = config["sink"]
+        if sink["type"] == "iceberg" and not spec["warehouse"] and not spec["catalog"]:
+            # The tables go to the change log's catalog.
+            spec = {**spec, "warehouse": sink["path"], "catalog": sink["catalog"]}
+            spec["catalog_file"] = spec["catalog_file"] or sink["catalog_file"]
+        first = spec["warehouse"] or spec["catalog"].get("warehouse", "")
+        iceberg = {
+            "format": "iceberg",
+            "warehouse": spec["warehouse"] or None,
+            "catalog": spec["catalog"] or None,
+            "catalog_file": spec["catalog_file"] or None,
+        }
     tables = TableOutputs(
         current=spec["current"] or None,
         history=spec["history"] or None,
         end=spec["end"],
         storage_options=output_storage_options(first, given),
+        **iceberg,
     )
     check_tables(processor, tables)
     return tables

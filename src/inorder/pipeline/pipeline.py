@@ -49,8 +49,9 @@ class Pipeline(Generic[Msg, State, Out]):
     ends; session-table pipelines only (see docs/sessions.md).
 
     ``tables`` (:class:`~inorder.sessions.tables_writer.TableOutputs`) keeps a current
-    (SCD1) and/or a history (SCD2) Delta table of the session tables, merged once per
-    micro-batch after the change log's commit; session-table pipelines only (docs/tables.md).
+    (SCD1) and/or a history (SCD2) Delta or Iceberg table of the session tables, merged once
+    per micro-batch after the change log's commit; session-table pipelines only
+    (docs/tables.md).
     """
 
     source: KafkaSource

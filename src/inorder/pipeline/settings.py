@@ -300,15 +300,33 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         "current": Setting(
             str,
             "",
-            "Session-table pipelines: Delta table of every session's live rows, one row per "
-            "(topic, session, row_id), merged once per micro-batch (empty: none). See "
-            "docs/tables.md.",
+            "Session-table pipelines: table of every session's live rows, one row per "
+            "(topic, session, row_id), merged once per micro-batch (empty: none): a Delta "
+            'table path, or with format = "iceberg" a "namespace.name". See docs/tables.md.',
         ),
         "history": Setting(
             str,
             "",
-            "Delta table of every version of every row (valid_from/valid_to offsets and "
-            "times), for as-of queries (empty: none).",
+            "Table of every version of every row (valid_from/valid_to offsets and "
+            "times), for as-of queries (empty: none); named like `current`.",
+        ),
+        "format": Setting(str, "delta", '"delta" or "iceberg": how the tables are kept.'),
+        "warehouse": Setting(
+            str,
+            "",
+            "iceberg: warehouse of the tables, local path or s3://bucket/prefix (default "
+            "with an Iceberg sink: the sink's warehouse and catalog).",
+        ),
+        "catalog": Setting(
+            dict,
+            {},
+            "iceberg: pyiceberg catalog properties passed through (default: the SQL catalog "
+            "on catalog_file).",
+        ),
+        "catalog_file": Setting(
+            str,
+            "",
+            "iceberg: SQLite file of the default SQL catalog (default: <warehouse>/catalog.db).",
         ),
         "end": Setting(
             str,

@@ -120,6 +120,10 @@ class DeltaTableOutput:
         except Exception as exc:
             raise self.failure("cannot look for it", exc) from None
 
+    def written(self) -> bool:
+        """Whether anything was committed to the table after its creation."""
+        return bool(self.open().version() > 0)
+
     def check(self) -> None:
         """Create the table if absent; an existing one must have this schema and layout."""
         from deltalake import DeltaTable, Schema

@@ -7,6 +7,11 @@ change log (:mod:`inorder.sessions.tables_writer`). ``inorder inspect`` shows ea
 newest commits and the change-log offsets they hold (:func:`table_status`), read from the
 commit metadata every table commit carries (:mod:`inorder.sessions.tables_delta`).
 
+Iceberg tables (``tables.format = "iceberg"``) are rolled back to the snapshot of their last
+commit holding only batches before the first rolled-back one (their lineage then names the
+batch they hold, :mod:`inorder.sessions.tables_iceberg`); a table with no such commit is
+emptied by a commit naming batch -1.
+
 Nothing here creates a table: a table that does not exist is skipped.
 """
 
@@ -22,9 +27,14 @@ from inorder.sessions.tables_delta import (
     BATCH_KEY,
     FIRST_BATCH_KEY,
     OFFSETS_KEY,
-    DeltaTableOutput,
 )
-from inorder.sessions.tables_writer import SessionTablesWriter, TableOutputs, check_tables
+from inorder.sessions.tables_iceberg import IcebergTableOutput, snapshot_commits
+from inorder.sessions.tables_writer import (
+    SessionTablesWriter,
+    TableOutput,
+    TableOutputs,
+    check_tables,
+)
 
 
 def ops_writer(pipeline: Any) -> SessionTablesWriter | None:
@@ -52,7 +62,16 @@ class TableRestore:
     restored_to: int
     """The last batch it holds after the restore (-1: none)."""
     version: int
-    """The Delta version it is restored to."""
+    """The Delta version (Iceberg: the snapshot id) it is restored to; -1 for an Iceberg table
+    emptied."""
+    format: str = "delta"
+
+    @property
+    def restore_to(self) -> str:
+        """Where the table goes back to, for humans."""
+        if self.format != "iceberg":
+            return f"version {self.version}"
+        return "empty" if self.version < 0 else f"snapshot {self.version}"
 
     @property
     def needed(self) -> bool:
@@ -64,22 +83,30 @@ class TableRestore:
         return asdict(self)
 
 
-def _restore_point(table: DeltaTableOutput, first_rolled_back: int) -> TableRestore:
+def _restore_point(table: TableOutput, first_rolled_back: int) -> TableRestore:
     version, kept = 0, -1  # none: back to the table's creation
-    for entry in table.open().history():  # newest first
-        batch = entry.get(BATCH_KEY)
-        if batch is not None and int(batch) < first_rolled_back:
-            version, kept = int(entry["version"]), int(batch)
-            break
+    if isinstance(table, IcebergTableOutput):
+        version = -1
+        for snap, props in table.commits():  # newest first
+            if int(props[BATCH_KEY]) < first_rolled_back:
+                version, kept = int(snap.snapshot_id), int(props[BATCH_KEY])
+                break
+    else:
+        for entry in table.open().history():  # newest first
+            batch = entry.get(BATCH_KEY)
+            if batch is not None and int(batch) < first_rolled_back:
+                version, kept = int(entry["version"]), int(batch)
+                break
     committed = table.committed_batch()
     if committed is not None and committed < first_rolled_back:
         kept = committed  # already there (a repair applied twice): left alone
-    return TableRestore(table.kind, table.path, committed, kept, version)
+    kind = "iceberg" if isinstance(table, IcebergTableOutput) else "delta"
+    return TableRestore(table.kind, table.path, committed, kept, version, kind)
 
 
 def restore_plan(writer: SessionTablesWriter, first_rolled_back: int) -> list[TableRestore]:
     """Per existing table: what :func:`restore_tables` would do (nothing is changed)."""
-    return [_restore_point(t, first_rolled_back) for t in writer.tables if t.exists()]
+    return [_restore_point(t, first_rolled_back) for t in writer.outputs if t.exists()]
 
 
 def restore_tables(writer: SessionTablesWriter, first_rolled_back: int) -> list[int]:
@@ -97,11 +124,14 @@ def restore_tables(writer: SessionTablesWriter, first_rolled_back: int) -> list[
     kept_batches = []
     for point, table in zip(
         restore_plan(writer, first_rolled_back),
-        [t for t in writer.tables if t.exists()],
+        [t for t in writer.outputs if t.exists()],
         strict=True,
     ):
         kept_batches.append(point.restored_to)
         if not point.needed:
+            continue
+        if isinstance(table, IcebergTableOutput):
+            _roll_back(table, point)
             continue
         try:
             delta = table.open()
@@ -121,6 +151,17 @@ def restore_tables(writer: SessionTablesWriter, first_rolled_back: int) -> list[
     return kept_batches
 
 
+def _roll_back(table: IcebergTableOutput, point: TableRestore) -> None:
+    """Make the Iceberg table's current snapshot the one of ``point`` (emptied: -1)."""
+    if point.version < 0:
+        table.clear(point.restored_to)  # no commit to go back to
+        return
+    try:
+        table.open().manage_snapshots().rollback_to_snapshot(point.version).commit()
+    except Exception as exc:
+        raise table.failure(f"cannot roll back to snapshot {point.version}", exc) from None
+
+
 def table_status(writer: SessionTablesWriter, limit: int = 3) -> list[dict[str, Any]]:
     """Per table: the last batch it holds and its newest ``limit`` commits with their offsets.
 
@@ -129,10 +170,14 @@ def table_status(writer: SessionTablesWriter, limit: int = 3) -> list[dict[str, 
     commit applied). A table that does not exist is shown as such.
     """
     out: list[dict[str, Any]] = []
-    for table in writer.tables:
+    for table in writer.outputs:
         doc: dict[str, Any] = {"table": table.kind, "path": table.path, "exists": table.exists()}
         out.append(doc)
         if not doc["exists"]:
+            continue
+        if isinstance(table, IcebergTableOutput):
+            doc["format"] = "iceberg"
+            doc.update(snapshot_commits(table, limit))
             continue
         delta = table.open()
         doc["version"] = int(delta.version())
@@ -169,8 +214,9 @@ def format_table_status(tables: list[dict[str, Any]]) -> list[str]:
         if not t["exists"]:
             lines.append(f"{t['table']} table {t['path']}: not created yet")
             continue
+        version = "snapshot" if t.get("format") == "iceberg" else "version"
         lines.append(
-            f"{t['table']} table {t['path']}: version {t['version']}, holds change-log batches "
+            f"{t['table']} table {t['path']}: {version} {t['version']}, holds change-log batches "
             f"through {t['last_batch'] if t['last_batch'] is not None else 'none'}"
         )
         for c in t["commits"]:
@@ -180,5 +226,5 @@ def format_table_status(tables: list[dict[str, Any]]) -> list[str]:
                 else f"batches {c['first_batch']}..{c['batch']}"
             )
             offsets = ", ".join(f"{tp} {lo}..{hi}" for tp, (lo, hi) in c["offsets"].items())
-            lines.append(f"  version {c['version']}: {batches}  {offsets or '(no rows)'}")
+            lines.append(f"  {version} {c['version']}: {batches}  {offsets or '(no rows)'}")
     return lines

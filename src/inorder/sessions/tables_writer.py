@@ -3,13 +3,15 @@
 After micro-batch ``B``'s change rows are committed, :meth:`SessionTablesWriter.after_commit`
 reads them back from the change log, plans the batch's net change per row key
 (:func:`~inorder.sessions.tables_plan.plan_batch`, pure) and applies it to each table with
-one MERGE committed as ``txn(app_id, B)`` (:mod:`inorder.sessions.tables_delta`).
+one MERGE committed as ``txn(app_id, B)`` (:mod:`inorder.sessions.tables_delta`), or for
+Iceberg tables one catalog commit whose snapshot summaries name ``B``
+(:mod:`inorder.sessions.tables_iceberg`).
 
 Each table knows the last batch it holds (its transaction version). A table behind the change
 log (a crash between the change log's commit and the table's, a table added to a running
 pipeline, a repair that restored it) catches up: the change rows of the batches after its
-own up to ``B``, :data:`CATCH_UP_BATCHES` batches per commit (each commit's transaction
-version is the last batch it holds). A table at or past ``B`` is left alone, so the re-run of a
+own up to ``B``, :data:`CATCH_UP_BATCHES` batches per commit (each commit records the last
+batch it holds). A table at or past ``B`` is left alone, so the re-run of a
 batch commits nothing twice. The row ids each session has, which the planner needs, are kept
 in memory between batches and read back from the table itself after a start or a failure.
 
@@ -19,7 +21,7 @@ Batch ids are the change log's (its ``batch_id`` column), as for the materialize
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,15 +32,24 @@ from inorder.sessions.processor import SessionTables
 from inorder.sessions.rebuild import ordered_changes
 from inorder.sessions.tables_delta import (
     DeltaTableOutput,
+    TableKind,
     TablesError,
     current_schema,
     history_schema,
 )
+from inorder.sessions.tables_iceberg import IcebergTableOutput
 from inorder.sessions.tables_plan import END_MODES, BatchPlan, EndMode, plan_batch
-from inorder.sinks.base import Sink
+from inorder.sinks.base import Sink, SinkError
 
 #: Change-log batches a table behind the change log applies per commit while catching up.
 CATCH_UP_BATCHES = 8
+#: Where the tables are kept.
+FORMATS = ("delta", "iceberg")
+TableOutput = DeltaTableOutput | IcebergTableOutput
+
+
+class NotForIcebergTables(TablesError):
+    """An operation that reads the tables' Delta commit log was asked for Iceberg tables."""
 
 
 @dataclass(frozen=True)
@@ -49,20 +60,54 @@ class TableOutputs:
     history table (one row per version); either may be ``None``. ``end``: whether a session's
     ``end`` keeps its rows in the tables (``"keep"``, its final table, like the change log)
     or removes them (``"drop"``). ``storage_options`` as for the sinks (S3 endpoint...).
+
+    ``format``: ``"delta"`` (default) or ``"iceberg"``. Iceberg tables are named
+    ``"namespace.name"`` in ``current`` / ``history``; ``warehouse``, ``catalog`` and
+    ``catalog_file`` say where, as for the Iceberg sink (the SQL catalog on
+    ``<warehouse>/catalog.db`` by default).
     """
 
     current: str | None = None
     history: str | None = None
     end: EndMode = "keep"
     storage_options: Mapping[str, str] | None = None
+    format: str = "delta"
+    warehouse: str | None = None
+    catalog: Mapping[str, str] | None = None
+    catalog_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.current is None and self.history is None:
             raise ConfigError("tables: give a current or a history table path (or both)")
         if self.end not in END_MODES:
             raise ConfigError(f"tables.end: must be 'keep' or 'drop', not {self.end!r}")
+        if self.format not in FORMATS:
+            raise ConfigError(f"tables.format: must be 'delta' or 'iceberg', not {self.format!r}")
         if self.current is not None and self.current == self.history:
             raise ConfigError("tables: current and history need different paths")
+        if self.format == "iceberg":
+            for name in (self.current, self.history):
+                if name is not None and (name.count(".") < 1 or not all(name.split("."))):
+                    raise ConfigError(
+                        f"tables: Iceberg table {name!r} must be named 'namespace.name'"
+                    )
+            self.catalog_properties()  # a catalog that cannot be described fails here
+        elif self.catalog or self.warehouse or self.catalog_file:
+            raise ConfigError("tables: warehouse, catalog and catalog_file need format = 'iceberg'")
+
+    def catalog_properties(self) -> dict[str, str]:
+        """The pyiceberg catalog properties of Iceberg tables."""
+        from inorder.sinks.iceberg_catalog import catalog_properties
+
+        warehouse = self.warehouse or (self.catalog or {}).get("warehouse", "")
+        if not warehouse:
+            raise ConfigError("tables: Iceberg tables need a warehouse (or catalog.warehouse)")
+        try:
+            return catalog_properties(
+                self.catalog, warehouse, self.catalog_file, self.storage_options
+            )
+        except SinkError as exc:
+            raise ConfigError(f"tables: {exc}") from None
 
 
 @dataclass
@@ -81,7 +126,7 @@ class TablesReport:
 class _Kept:
     """One table and what is known of it between batches."""
 
-    table: DeltaTableOutput
+    table: TableOutput
     live: pa.Table | None = None
     """Keys of the table's live rows (``tables_plan.LIVE_SCHEMA``); ``None``: not known."""
     through: int = -1
@@ -110,20 +155,40 @@ class SessionTablesWriter:
         log_schema = output_schema(processor.out_type)
         self._row_names = [f.name for f in row_fields(processor)]
         self._kept: list[_Kept] = []
+        self.format = outputs.format
         options = outputs.storage_options
-        if outputs.current is not None:
-            schema = current_schema(log_schema, self._row_names)
-            table = DeltaTableOutput("current", outputs.current, schema, options, app_id)
-            self._kept.append(_Kept(table))
-        if outputs.history is not None:
-            schema = history_schema(log_schema, self._row_names)
-            table = DeltaTableOutput("history", outputs.history, schema, options, app_id)
+        props = outputs.catalog_properties() if outputs.format == "iceberg" else {}
+        wanted: tuple[tuple[TableKind, str | None, Callable[..., pa.Schema]], ...] = (
+            ("current", outputs.current, current_schema),
+            ("history", outputs.history, history_schema),
+        )
+        for kind, where, schema_of in wanted:
+            if where is None:
+                continue
+            schema = schema_of(log_schema, self._row_names)
+            table: TableOutput
+            if outputs.format == "iceberg":
+                table = IcebergTableOutput(kind, where, schema, props, app_id)
+            else:
+                table = DeltaTableOutput(kind, where, schema, options, app_id)
             self._kept.append(_Kept(table))
 
     @property
-    def tables(self) -> list[DeltaTableOutput]:
-        """The tables kept, current first."""
+    def outputs(self) -> list[TableOutput]:
+        """The tables kept, current first, in either format."""
         return [k.table for k in self._kept]
+
+    @property
+    def tables(self) -> list[DeltaTableOutput]:
+        """The Delta tables kept, current first, for the operations that read their Delta
+        commit log; :class:`NotForIcebergTables` when the tables are Iceberg tables."""
+        delta = [t for t in self.outputs if isinstance(t, DeltaTableOutput)]
+        if len(delta) != len(self._kept):
+            raise NotForIcebergTables(
+                "this operation reads the session tables' Delta commit log and does not "
+                "support Iceberg session tables (tables.format = 'iceberg')"
+            )
+        return delta
 
     def forget(self) -> None:
         """Read each table's batch and row keys back from the table before the next batch
@@ -136,8 +201,7 @@ class SessionTablesWriter:
         for kept in self._kept:
             try:
                 kept.table.check()
-                table = kept.table.open()
-                if table.version() > 0 and kept.table.committed_batch() is None:
+                if kept.table.written() and kept.table.committed_batch() is None:
                     raise TablesError(
                         f"{kept.table.describe()}: holds data this pipeline's checkpoint did "
                         "not commit; use a new path or the checkpoint that wrote it"
@@ -244,7 +308,10 @@ def pipeline_tables(pipeline: Any) -> SessionTablesWriter | None:
     from inorder.sessions.materializer import change_log_of
 
     changes, _ = change_log_of(pipeline.sink)
-    log_path = str(getattr(changes, "path", "")).rstrip("/")
+    if tables.format == "iceberg":
+        log_path = str(getattr(changes, "table", ""))
+    else:
+        log_path = str(getattr(changes, "path", "")).rstrip("/")
     for path in (tables.current, tables.history):
         if path is not None and path.rstrip("/") == log_path:
             raise ConfigError(f"tables: {path} is the change log itself; give it its own path")
