@@ -19,6 +19,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from pyiceberg.expressions import And, EqualTo
 from tests.fixtures.sessions_job import duplicate_change_rows, sessions_config
 from tests.integration.test_materializer import SCHEMA, ChangeLog, commit
 from tests.integration.test_session_tables import (
@@ -33,6 +34,7 @@ from inorder.errors import ConfigError, InorderError
 from inorder.pipeline.config import build_pipeline, validate
 from inorder.sessions import SessionTables, rebuild_tables
 from inorder.sessions.rebuild import read_changes
+from inorder.sessions.tables_check import check_tables_against_change_log
 from inorder.sessions.tables_delta import BATCH_KEY, OFFSETS_KEY, TablesError, history_schema
 from inorder.sessions.tables_iceberg import IcebergTableOutput
 from inorder.sessions.tables_ops import (
@@ -156,6 +158,8 @@ def test_iceberg_tables_follow_the_change_log_through_failures_and_rollback(
     assert [p.restored_to for p in restore_plan(w, 4)] == [3, 3]
     assert restore_tables(w, 4) == [3, 3]
     assert restore_tables(w, 4) == [3, 3]  # applied twice: nothing more
+    behind = check_tables_against_change_log(writer())
+    assert behind.ok and [t.pending for t in behind.tables] == [[4, 8], [4, 8]], behind.lines()
     before_4 = log_rows.filter(pc.less(log_rows.column("batch_id"), 4))
     assert current_rows(read_table(w, "current")) == non_empty(rebuild_tables(before_4))
     assert writer(catch_up_batches=2).after_commit(batches - 1).caught_up == batches - 1 - 4
@@ -168,6 +172,25 @@ def test_iceberg_tables_follow_the_change_log_through_failures_and_rollback(
     assert current_rows(read_table(w, "current")) == expected
     with pytest.raises(NotForIcebergTables, match="Iceberg session tables"):
         _ = w.tables
+
+    # `inorder validate`'s check of the tables: clean through the rollbacks and catch-ups...
+    checked = check_tables_against_change_log(writer())
+    assert checked.ok, checked.lines()
+    assert [(t.last_batch, t.rows) for t in checked.tables] == [(8, checked.tables[0].rows)] * 2
+    assert checked.tables[0].rows == sum(map(len, expected.values())) > 0
+    assert checked.tables[1].versions > checked.tables[1].rows
+    # ... and a row deleted behind the pipeline's back is found, by its key.
+    current = next(t for t in w.outputs if t.kind == "current")
+    assert isinstance(current, IcebergTableOutput)
+    gone = read_table(w, "current").slice(0, 1).to_pylist()[0]
+    current.open().delete(
+        And(EqualTo("session", gone["session"]), EqualTo("row_id", gone["row_id"]))
+    )
+    damaged = check_tables_against_change_log(writer())
+    assert not damaged.ok and damaged.tables[0].missing == 1, damaged.lines()
+    assert damaged.tables[1].ok
+    key = (gone["topic"], gone["session"], gone["row_id"])
+    assert repr(key) in damaged.tables[0].differences[0], damaged.lines()
 
 
 def test_iceberg_tables_of_another_layout_or_pipeline_are_refused(tmp_path: Path) -> None:

@@ -336,8 +336,5 @@ def current_rows(path: str) -> list[dict[str, Any]]:
     )
 
 
-def test_only_pipelines_with_delta_tables_are_checked() -> None:
+def test_only_pipelines_with_tables_are_checked() -> None:
     assert check_pipeline_tables(SimpleNamespace(tables=None)) is None
-    other = check_pipeline_tables(SimpleNamespace(tables=SimpleNamespace(format="iceberg")))
-    assert other is not None and other.ok and other.tables == []
-    assert other.lines() == ["session tables in iceberg format: not checked"]
