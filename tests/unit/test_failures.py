@@ -93,3 +93,8 @@ def test_a_full_disk_names_the_file_and_that_nothing_was_committed() -> None:
     # Other operating-system errors keep their own words.
     other = DISK_FULL.replace("[Errno 28] No space left on device", "[Errno 2] No such file")
     assert str(explain_failure(other, "ck")).startswith("OSError: [Errno 2] No such file: ")
+
+
+def test_a_denied_read_is_not_called_a_write() -> None:
+    denied = DISK_FULL.replace("[Errno 28] No space left on device", "[Errno 13] Permission denied")
+    assert str(explain_failure(denied, "ck")).startswith("OSError: [Errno 13] Permission denied: ")

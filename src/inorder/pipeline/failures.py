@@ -32,8 +32,9 @@ _CONCURRENT = (
 _WORKER_DIED = "Python worker exited unexpectedly"
 #: An operating-system error naming a file: ``[Errno 28] No space left on device: '/x/y'``.
 _OS_ERROR = re.compile(r"^\[Errno (?P<errno>\d+)\] (?P<reason>[^:]+): '(?P<path>.+)'$")
-#: Errors of a location that cannot take writes now (full, read-only, not permitted, I/O).
-_UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+#: Errors only a write meets (full, over quota, read-only); a denied or failed read must not
+#: read as a write.
+_UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
 def explain_failure(text: str, checkpoint: str, log_file: str | None = None) -> InorderError:
