@@ -172,7 +172,7 @@ def test_tables_follow_the_change_log_through_failures_and_restore(
     assert check_history(log_rows, history_path, options, 60) == 60
 
     # Each commit names its batch (the app transaction) and the offsets it covers.
-    for table in w.tables:
+    for table in w.outputs:
         assert table.committed_batch() == batches - 1
         info = table.open().history(1)[0]
         assert info[BATCH_KEY] == str(batches - 1)
@@ -246,6 +246,22 @@ def drive_through_failures(
         if commits_of is not None:
             assert commits_of(w) == before
     return w
+
+
+def middle_of_busiest_partition(changes: pa.Table) -> tuple[Any, int]:
+    """A failure point for a repair: the middle offset of the partition with most changes."""
+    from inorder.records import TopicPartition
+
+    parts = changes.group_by(["topic", "partition"]).aggregate([("offset", "count")])
+    busiest = parts.sort_by([("offset_count", "descending")]).to_pylist()[0]
+    tp = TopicPartition(busiest["topic"], busiest["partition"])
+    mine = changes.filter(
+        pc.and_(
+            pc.equal(changes.column("topic"), tp.topic),
+            pc.equal(changes.column("partition"), tp.partition),
+        )
+    )
+    return tp, sorted(mine.column("offset").to_pylist())[mine.num_rows // 2]
 
 
 def offsets_of(changes: pa.Table, first: int, last: int) -> dict[str, list[int]]:
@@ -411,7 +427,6 @@ def repair_and_inspect(
     from inorder.ops.inspect import format_inspect, inspect_all
     from inorder.ops.repair import apply_repair, plan_repair
     from inorder.ops.target import OpsTarget
-    from inorder.records import TopicPartition
 
     changes = read_changes(str(work / "output"))
     last = int(pc.max(changes.column("batch_id")).as_py())
@@ -421,17 +436,7 @@ def repair_and_inspect(
     assert newest["offsets"] == offsets_of(changes, newest["first_batch"], newest["batch"])
     assert any(line.startswith("current table") for line in format_inspect(doc))
 
-    # A failure point in the middle of the busiest partition.
-    parts = changes.group_by(["topic", "partition"]).aggregate([("offset", "count")])
-    busiest = parts.sort_by([("offset_count", "descending")]).to_pylist()[0]
-    tp = TopicPartition(busiest["topic"], busiest["partition"])
-    mine = changes.filter(
-        pc.and_(
-            pc.equal(changes.column("topic"), tp.topic),
-            pc.equal(changes.column("partition"), tp.partition),
-        )
-    )
-    at = sorted(mine.column("offset").to_pylist())[mine.num_rows // 2]
+    tp, at = middle_of_busiest_partition(changes)
     target = OpsTarget(build_pipeline(cfg))
     plan = plan_repair(target, at_offsets={tp: at})
     assert plan.tables_from_batch is not None and plan.tables_from_batch <= last

@@ -243,7 +243,7 @@ def test_commits_overlapping_skipping_or_misreporting_batches_are_found(
 ) -> None:
     _, outputs = tables_run.copy_tables("commits")
     writer = tables_run.writer(outputs)
-    current, history = writer.tables
+    current, history = writer.outputs
     last = int(pc.max(tables_run.changes.column("batch_id")).as_py())
     # The current table: batch `last` committed a second time, with other offsets.
     fake_commit(
@@ -318,7 +318,7 @@ def test_batches_that_change_nothing_need_no_commit(tmp_path: Path) -> None:
     offset = int(pc.max(changes.read_batches(0, 6).column("offset")).as_py()) + 1
     same = {**row, "offset": offset, "kafka_ts": None, "seq": 99, "op": "update", "batch_id": 7}
     commit(changes, 7, pa.Table.from_pylist([same], schema=SCHEMA))
-    for table in writer.tables:
+    for table in writer.outputs:
         txn = Transaction(table.app_id, 7)
         fake_commit(table.open(), table.schema, {BATCH_KEY: "7"}, txn)
     cur, hist = check_tables_against_change_log(writer).tables

@@ -31,8 +31,10 @@ TableKind = Literal["current", "history"]
 BATCH_KEY = "inorder.batch"
 FIRST_BATCH_KEY = "inorder.first_batch"
 OFFSETS_KEY = "inorder.offsets"
-_ACTION = "_inorder_action"
-_KEY_COLUMNS = ("topic", "session", "row_id")
+#: The column of a MERGE source saying what each row does (upsert, delete, close, insert).
+ACTION_COLUMN = "_inorder_action"
+#: What identifies a row of a session table.
+KEY_COLUMNS = ("topic", "session", "row_id")
 
 
 class TablesError(InorderError):
@@ -175,7 +177,7 @@ class DeltaTableOutput:
         try:
             dataset = self.open().to_pyarrow_dataset()
             wanted = pc.field("is_current") if self.kind == "history" else None
-            keys = dataset.to_table(columns=list(_KEY_COLUMNS), filter=wanted)
+            keys = dataset.to_table(columns=list(KEY_COLUMNS), filter=wanted)
         except TablesError:
             raise
         except Exception as exc:
@@ -207,13 +209,13 @@ class DeltaTableOutput:
             },
         )
         topics = pc.unique(source.column("topic")).to_pylist()
-        on = " AND ".join(f"t.{c} = s.{c}" for c in _KEY_COLUMNS)
+        on = " AND ".join(f"t.{c} = s.{c}" for c in KEY_COLUMNS)
         # Names the partitions the batch touches: the others are not read.
         on += " AND t.topic IN (" + ", ".join(_sql_string(t) for t in topics) + ")"
         if self.kind == "history":
             # Only open versions can be closed: closed ones (most of the table, in their own
             # partition) are not read. A new version must not match the open one it replaces.
-            on += f" AND t.is_current = true AND s.{_ACTION} = 'close'"
+            on += f" AND t.is_current = true AND s.{ACTION_COLUMN} = 'close'"
         try:
             merger = self.open().merge(
                 source,
@@ -227,18 +229,18 @@ class DeltaTableOutput:
             if self.kind == "current":
                 columns = {f.name: f"s.{f.name}" for f in self.schema}
                 merger = (
-                    merger.when_matched_delete(predicate=f"s.{_ACTION} = 'delete'")
-                    .when_matched_update(columns, predicate=f"s.{_ACTION} = 'upsert'")
-                    .when_not_matched_insert(columns, predicate=f"s.{_ACTION} = 'upsert'")
+                    merger.when_matched_delete(predicate=f"s.{ACTION_COLUMN} = 'delete'")
+                    .when_matched_update(columns, predicate=f"s.{ACTION_COLUMN} = 'upsert'")
+                    .when_not_matched_insert(columns, predicate=f"s.{ACTION_COLUMN} = 'upsert'")
                 )
             else:
                 closing = ("valid_to_offset", "valid_to_ts", "is_current", "closed_by")
                 updates = {c: f"s.{c}" for c in (*closing, "closed_batch_id")}
                 merger = merger.when_matched_update(
-                    updates, predicate=f"s.{_ACTION} = 'close'"
+                    updates, predicate=f"s.{ACTION_COLUMN} = 'close'"
                 ).when_not_matched_insert(
                     {f.name: f"s.{f.name}" for f in self.schema},
-                    predicate=f"s.{_ACTION} = 'insert'",
+                    predicate=f"s.{ACTION_COLUMN} = 'insert'",
                 )
             metrics: dict[str, Any] = merger.execute()
         except Exception as exc:
@@ -253,13 +255,13 @@ def current_source(plan: BatchPlan, changes: pa.Table, schema: pa.Schema) -> pa.
     upserts = upserts.cast(schema, safe=False).cast(nullable)
     n = plan.deletes.num_rows
     deletes: dict[str, Any] = {f.name: pa.nulls(n, f.type) for f in nullable}
-    for name in _KEY_COLUMNS:
+    for name in KEY_COLUMNS:
         deletes[name] = plan.deletes.column(name)
     # Non-null columns of a delete row get placeholders; only its key is compared.
     deletes["batch_id"] = pa.array(np.zeros(n, np.int64), schema.field("batch_id").type)
     both = pa.concat_tables([upserts, _table(deletes, nullable)])
     actions = np.repeat(np.array(["upsert", "delete"]), [upserts.num_rows, n])
-    return both.append_column(_ACTION, pa.array(actions, pa.string()))
+    return both.append_column(ACTION_COLUMN, pa.array(actions, pa.string()))
 
 
 def history_source(plan: BatchPlan, changes: pa.Table, schema: pa.Schema, last: int) -> pa.Table:
@@ -296,7 +298,7 @@ def history_source(plan: BatchPlan, changes: pa.Table, schema: pa.Schema, last: 
     n = closes.num_rows
     closing = ends.take(closes.column("index"))
     old: dict[str, Any] = {f.name: pa.nulls(n, f.type) for f in nullable}
-    for name in _KEY_COLUMNS:
+    for name in KEY_COLUMNS:
         old[name] = closes.column(name)
     old.update(
         valid_to_offset=closing.column("offset"),
@@ -307,7 +309,7 @@ def history_source(plan: BatchPlan, changes: pa.Table, schema: pa.Schema, last: 
     )
     both = pa.concat_tables([_table(old, nullable), _table(new, nullable)])
     actions = np.repeat(np.array(["close", "insert"]), [n, versions.num_rows])
-    return both.append_column(_ACTION, pa.array(actions, pa.string()))
+    return both.append_column(ACTION_COLUMN, pa.array(actions, pa.string()))
 
 
 def _table(columns: Mapping[str, Any], schema: pa.Schema) -> pa.Table:

@@ -27,10 +27,10 @@ import pyarrow.compute as pc
 
 from inorder.errors import InorderError
 from inorder.sessions.tables_delta import (
-    _ACTION,
-    _KEY_COLUMNS,
+    ACTION_COLUMN,
     BATCH_KEY,
     FIRST_BATCH_KEY,
+    KEY_COLUMNS,
     OFFSETS_KEY,
     TableKind,
     TablesError,
@@ -211,7 +211,7 @@ class IcebergTableOutput:
         try:
             table = self.open()
             wanted = _is_current() if self.kind == "history" else AlwaysTrue()
-            keys = table.scan(row_filter=wanted, selected_fields=_KEY_COLUMNS).to_arrow()
+            keys = table.scan(row_filter=wanted, selected_fields=KEY_COLUMNS).to_arrow()
         except TablesError:
             raise
         except Exception as exc:
@@ -299,7 +299,8 @@ class IcebergTableOutput:
         held = self._read(table, replaced)
         # Rows of the touched sessions the batch did not change are written again.
         untouched = held.filter(pc.invert(pc.is_in(_keys(held), _keys(source))))
-        upserts = source.filter(pc.equal(source.column(_ACTION), "upsert")).drop_columns(_ACTION)
+        upserts = source.filter(pc.equal(source.column(ACTION_COLUMN), "upsert"))
+        upserts = upserts.drop_columns(ACTION_COLUMN)
         rows = pa.concat_tables([untouched, upserts.cast(self.schema, safe=False)])
         return (replaced if held.num_rows else None), rows
 
@@ -309,9 +310,9 @@ class IcebergTableOutput:
         """The filter of the open versions replaced (``None``: none) and the rows written."""
         from pyiceberg.expressions import And
 
-        action = source.column(_ACTION)
+        action = source.column(ACTION_COLUMN)
         closes = source.filter(pc.equal(action, "close"))
-        new = source.filter(pc.equal(action, "insert")).drop_columns(_ACTION)
+        new = source.filter(pc.equal(action, "insert")).drop_columns(ACTION_COLUMN)
         new = new.cast(self.schema, safe=False)
         if closes.num_rows == 0:
             return None, new
@@ -380,7 +381,7 @@ def _balanced(terms: Sequence[BooleanExpression], join: Any) -> BooleanExpressio
 
 def _keys(table: pa.Table) -> pa.Array:
     """One string per row: its ``(topic, session, row_id)``."""
-    parts = [table.column(c).cast(pa.string()) for c in _KEY_COLUMNS]
+    parts = [table.column(c).cast(pa.string()) for c in KEY_COLUMNS]
     joined = pc.binary_join_element_wise(*parts, _SEP)
     if isinstance(joined, pa.ChunkedArray):
         return joined.combine_chunks()

@@ -48,10 +48,6 @@ FORMATS = ("delta", "iceberg")
 TableOutput = DeltaTableOutput | IcebergTableOutput
 
 
-class NotForIcebergTables(TablesError):
-    """An operation that reads the tables' Delta commit log was asked for Iceberg tables."""
-
-
 @dataclass(frozen=True)
 class TableOutputs:
     """Where a session-table pipeline keeps its query-ready tables (docs/tables.md).
@@ -177,18 +173,6 @@ class SessionTablesWriter:
     def outputs(self) -> list[TableOutput]:
         """The tables kept, current first, in either format."""
         return [k.table for k in self._kept]
-
-    @property
-    def tables(self) -> list[DeltaTableOutput]:
-        """The Delta tables kept, current first, for the operations that read their Delta
-        commit log; :class:`NotForIcebergTables` when the tables are Iceberg tables."""
-        delta = [t for t in self.outputs if isinstance(t, DeltaTableOutput)]
-        if len(delta) != len(self._kept):
-            raise NotForIcebergTables(
-                "this operation reads the session tables' Delta commit log and does not "
-                "support Iceberg session tables (tables.format = 'iceberg')"
-            )
-        return delta
 
     def forget(self) -> None:
         """Read each table's batch and row keys back from the table before the next batch
