@@ -36,8 +36,13 @@ EPILOG = """examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (all command modules that exist)."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser: every command module that exists, or only the command ``only``.
+
+    Command modules import what their commands need (pyarrow, deltalake, ...): loading all
+    of them costs about half a second, which ``inorder run`` would spend before its session
+    starts. ``only`` loads one (unknown names load all, so argparse can list the choices).
+    """
     parser = argparse.ArgumentParser(
         prog="inorder",
         description="Ordered, stateful stream processing for PySpark: Kafka records applied "
@@ -46,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    names = (only,) if only in COMMAND_MODULES else COMMAND_MODULES
+    for name in names:
         try:
             module = importlib.import_module(f"inorder.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -59,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse, run the command, print errors as one line, return the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=words[0] if words else None)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

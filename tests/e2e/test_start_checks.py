@@ -114,6 +114,8 @@ def test_a_pattern_lists_its_topics_and_warns_when_it_matches_none(
     line = f"inorder: subscribed to 3 topics matching '{prefix}.*': {prefix}a, {prefix}b, {prefix}c"
     assert line in matched.stderr.splitlines(), matched.stderr
     assert "records: 6" in matched.stderr
+    # The JVM's own lines (Java's "WARNING: Using incubator modules") go to the run's log.
+    assert "WARNING: " not in matched.stderr, matched.stderr
 
     typo = f"{prefix[:-1]}_.*"
     nothing = _run(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from inorder.kafka.offsets import SourceOffset
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
-from inorder.pipeline.runner import planned_records
+from inorder.pipeline.spark_progress import planned_records
 from inorder.records import TopicPartition
 
 

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 from inorder.commands.common import add_pipeline_command
 from inorder.commands.overrides import add_set_option, parse_overrides
 from inorder.commands.ui import add_ui_options, start_ui
 from inorder.errors import ConfigError
 from inorder.redaction import is_secret_name
+
+if TYPE_CHECKING:
+    from inorder.pipeline.spark import EarlySession
 
 EXAMPLES = """examples:
   inorder run examples/sessions.toml
@@ -98,8 +102,6 @@ def handle(args: argparse.Namespace) -> int:
         config = validate(config, origin=args.pipeline)
         print(printable_toml(config), end="")
         return 0
-    from inorder.pipeline.identity import RecordedSettings
-
     if is_toml:
         config = load_toml(args.pipeline)
         for dotted, value in overrides.items():
@@ -110,9 +112,15 @@ def handle(args: argparse.Namespace) -> int:
         from inorder.pipeline.config import build_pipeline
 
         config = validate(config, origin=args.pipeline)
+        early = _start_session(config)  # first: what follows imports for about a second
+        from inorder.pipeline.identity import RecordedSettings
+
         pipeline = build_pipeline(config)
         settings = RecordedSettings.of(args.pipeline, overrides, config)
     else:
+        from inorder.pipeline.identity import RecordedSettings
+
+        early = None
         pipeline = load_pipeline(args.pipeline)
         if overrides:
             for dotted, value in overrides.items():
@@ -140,11 +148,43 @@ def handle(args: argparse.Namespace) -> int:
             stop_after_batches=args.stop_after_batches,
             settings=settings,
             accept_changes=args.accept_changes,
+            early_session=early,
         )
     finally:
         if server is not None:
             server.stop()
     return 0
+
+
+def _start_session(config: dict[str, dict[str, Any]]) -> EarlySession | None:
+    """Start creating the Spark session now, beside building and checking the pipeline.
+
+    Building the pipeline imports pyarrow, pandas and the sinks' libraries, and the runner's
+    checks talk to the broker and read the checkpoint: about a second in which the JVM can
+    already be starting (see :class:`~inorder.pipeline.spark.EarlySession`). Nothing is read
+    with the session before every check has passed. Local masters only: on a cluster, a run
+    refused by a check would have taken executors for nothing.
+    """
+    if not str(config["spark"]["master"]).startswith("local"):
+        return None
+    from inorder.pipeline.checkpoint_layout import CheckpointLayout
+    from inorder.pipeline.spark import EarlySession
+
+    name = str(config["pipeline"]["name"])
+    layout = CheckpointLayout.of(str(config["pipeline"]["checkpoint"]).replace("<name>", name))
+    if layout.local_root is not None:
+        try:  # the Spark log goes into it
+            os.makedirs(layout.local_root, exist_ok=True)
+        except OSError:
+            return None  # the runner names the problem; the session starts after its checks
+    early = EarlySession(
+        master=config["spark"]["master"],
+        app_name=name,
+        conf={str(k): str(v) for k, v in config["spark"]["conf"].items()},
+        log_file=layout.run_log_file(name),
+    )
+    early.start()
+    return early
 
 
 def dump_toml(config: dict[str, dict[str, Any]]) -> str:

@@ -13,7 +13,6 @@ or re-run by the next start: never half-applied.
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -44,10 +43,18 @@ from inorder.pipeline.progress import (
 )
 from inorder.pipeline.query import trigger_kwargs
 from inorder.pipeline.resume import resume_overrides
-from inorder.pipeline.spark_progress import batch_progress, lag_by_partition, progress_dict
+from inorder.pipeline.spark_progress import (
+    batch_progress,
+    default_parallelism,
+    lag_by_partition,
+    planned_records,
+    progress_dict,
+    task_counts,
+)
 
 if TYPE_CHECKING:
     from inorder.pipeline.pipeline import Pipeline
+    from inorder.pipeline.spark import EarlySession
 
 
 class _StopRequested(Exception):
@@ -65,8 +72,11 @@ class PipelineRunner:
         stop_after_batches: int | None = None,
         settings: RecordedSettings | None = None,
         accept_changes: bool = False,
+        early_session: EarlySession | None = None,
     ) -> None:
         self.pipeline = pipeline
+        # The session `inorder run` started beside the pre-flight checks, if it did.
+        self._early = early_session
         self.settings = settings
         self.accept_changes = accept_changes
         self.reporter = reporter or make_reporter(pipeline.progress)
@@ -147,7 +157,7 @@ class PipelineRunner:
         options = {"inorder.partitionMarkers": "true"}
         if self._reads_in_tasks():
             options["inorder.rangesOnly"] = "true"
-            tasks = _default_parallelism(self._spark)
+            tasks = default_parallelism(self._spark)
             if tasks:
                 # One input partition per task the backend runs anyway: Spark's Python
                 # source costs a worker round trip per input partition (~40 ms each).
@@ -217,6 +227,15 @@ class PipelineRunner:
             finally:
                 self._lease.release()
 
+    def _session_options(self) -> dict[str, Any]:
+        p = self.pipeline
+        return {
+            "master": p.spark_master,
+            "app_name": p.name,
+            "conf": dict(p.spark_conf),
+            "log_file": self._log_file,
+        }
+
     def _on_lease_lost(self, exc: InorderError) -> None:
         # Another driver has the checkpoint: stop between batches; the run fails with `exc`.
         self._failure = exc
@@ -276,12 +295,11 @@ class PipelineRunner:
         self.reporter.info(f"inorder: starting {p.name!r} on {p.spark_master}, {p.sink.describe()}")
         for note in source_notes:  # after every check: a refused start stays one line
             self.reporter.info(f"inorder: {note}")
-        self._spark = build_spark_session(
-            master=p.spark_master,
-            app_name=p.name,
-            conf=dict(p.spark_conf),
-            log_file=self._log_file,
-        )
+        options = self._session_options()
+        if self._early is not None:
+            self._spark = self._early.session()  # waits for it; its failure is this run's
+        if self._early is None or self._early.options != options:
+            self._spark = build_spark_session(**options)
         warm_python_workers(self._spark, p.spark_master)
         extra = self._source_options()
         df = p.source.load(self._spark, extra_options=extra)
@@ -403,7 +421,7 @@ class PipelineRunner:
         if running is None or show is None:
             return
         batch_id, started = running
-        done, total = _task_counts(self._spark)
+        done, total = task_counts(self._spark)
         if self._planned[0] != batch_id:
             self._planned = (batch_id, planned_records(self.checkpoint, batch_id))
         show(RunningBatch(batch_id, time.monotonic() - started, done, total, self._planned[1]))
@@ -433,57 +451,3 @@ class PipelineRunner:
                 signal.signal(sig, handler)
 
         return restore
-
-
-def _task_counts(spark: Any) -> tuple[int, int]:
-    """Tasks done and in all of the stages running now (0, 0 when unknown)."""
-    try:
-        tracker = spark.sparkContext.statusTracker()
-        done = total = 0
-        for stage_id in tracker.getActiveStageIds():
-            info = tracker.getStageInfo(stage_id)
-            if info is not None:
-                done += int(info.numCompletedTasks)
-                total += int(info.numTasks)
-        return done, total
-    except Exception:  # progress is informative: never fail a run over it
-        return 0, 0
-
-
-def planned_records(checkpoint: str, batch_id: int) -> int | None:
-    """Offsets a micro-batch covers, from Spark's offsets log."""
-    from inorder.kafka.offsets import SourceOffset
-
-    layout = CheckpointLayout.of(checkpoint)
-
-    def offset_of(n: int) -> SourceOffset | None:
-        try:
-            entry = layout.offsets_entry(n)
-            if entry is None:
-                return None
-            lines = [line for line in entry.splitlines() if line.strip()]
-            return SourceOffset.from_dict(json.loads(lines[-1]))
-        except (OSError, ValueError, IndexError, KeyError):
-            return None
-
-    end = offset_of(batch_id)
-    if end is None:
-        return None
-    start = offset_of(batch_id - 1) if batch_id > 0 else None
-    before = dict(start.positions) if start is not None else {}
-    total = 0
-    for tp, position in end.positions.items():
-        first = before.get(tp, end.starts.get(tp))
-        if first is not None:
-            total += max(0, position - first)
-    return total
-
-
-def _default_parallelism(spark: Any) -> int:
-    """The session's task slots (0 without a session or SparkContext, e.g. Spark Connect)."""
-    if spark is None:
-        return 0
-    try:
-        return max(int(spark.sparkContext.defaultParallelism), 0)
-    except Exception:
-        return 0

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,9 @@ def build_spark_session(
     conf: Mapping[str, str] | None = None,
     local_dir: str | None = None,
     log_file: str | None = None,
+    *,
+    with_sources: bool = True,
+    before_launch: Callable[[], None] | None = None,
 ) -> Any:
     """Create (or get) the SparkSession, with inorder's data source registered.
 
@@ -41,6 +44,9 @@ def build_spark_session(
     Spark's own log (warnings, errors, JVM stack traces) goes to ``log_file`` (default: a
     file in the temporary directory), not to the terminal: the runner reports failures in
     one line that names the file. Applies when this call starts the JVM.
+
+    ``before_launch`` is called once the Python-side preparation is done, just before the JVM
+    is launched (or the existing session is taken): :class:`EarlySession` waits for it.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -62,41 +68,73 @@ def build_spark_session(
     if log_file:
         driver_options += f" -Dinorder.logFile={log_file}"
 
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", driver_options)
-        .config(
-            "spark.executor.extraJavaOptions",
-            f"-Dlog4j2.configurationFile={executor_log_config}",
-        )
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .config("spark.sql.streaming.stateStore.encodingFormat", "avro")
-    )
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": driver_options,
+        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={executor_log_config}",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.python.worker.reuse": "true",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
+        "spark.sql.streaming.stateStore.encodingFormat": "avro",
+    }
     daemon = daemon_module_default(master, conf or {})
     if daemon is not None:
-        builder = builder.config(DAEMON_MODULE_KEY, daemon)
+        settings[DAEMON_MODULE_KEY] = daemon
     if local_dir:
-        builder = builder.config("spark.local.dir", local_dir)
-    for key, value in (conf or {}).items():
+        settings["spark.local.dir"] = local_dir
+    settings.update((conf or {}).items())
+    from pyspark.java_gateway import launch_gateway  # noqa: F401 - imported before the launch
+
+    if before_launch is not None:
+        before_launch()
+    if log_file:
+        _start_context_logging_to(log_file, master, app_name, settings)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    _register_sources(session)
+    if with_sources:
+        register_sources(session)
     return session
 
 
 DAEMON_MODULE_KEY = "spark.python.daemon.module"
+
+
+def _start_context_logging_to(
+    log_file: str, master: str, app_name: str, settings: Mapping[str, str]
+) -> None:
+    """Start the JVM with its standard error appended to ``log_file``, if this call starts it.
+
+    The JVM writes some lines to standard error itself, not through log4j (Java's "Using
+    incubator modules" warning at every start, the Python workers' output it relays); on the
+    terminal they would sit among inorder's progress lines, and a run refused by a pre-flight
+    check while the session was starting (:class:`EarlySession`) would print more than its one
+    line. PySpark's ``launch_gateway`` takes the ``Popen`` arguments for exactly this. When a
+    SparkContext exists or its JVM was started by ``spark-submit``, nothing changes.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._active_spark_context is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+        stderr = open(log_file, "ab")  # noqa: SIM115 - the JVM holds its own descriptor
+    except OSError:
+        return  # then the JVM's standard error stays the terminal, as PySpark's default
+    with stderr:
+        conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": stderr})  # type: ignore[no-untyped-call]
+    SparkContext(conf=conf, gateway=gateway)
+
 
 #: The worker daemon module inorder sets by default.
 INORDER_DAEMON = "inorder.spark.daemon"
@@ -144,12 +182,66 @@ def _python_imports_daemon(python: str) -> bool:
     return done.returncode == 0
 
 
-def _register_sources(session: Any) -> None:
+def register_sources(session: Any) -> None:
+    """Register inorder's data sources (``inorder-kafka``) with ``session``."""
     try:
         from inorder.kafka.source import KafkaDataSource
     except ImportError:  # the source module is optional while the package is being built
         return
     session.dataSource.register(KafkaDataSource)
+
+
+#: The longest :meth:`EarlySession.start` waits for the preparation (then it goes on anyway).
+_PREPARE_TIMEOUT_S = 10.0
+
+
+class EarlySession(threading.Thread):
+    """:func:`build_spark_session` started in the background, beside the pre-flight checks.
+
+    Creating the session (launching the JVM, loading Spark, the SparkContext) takes seconds
+    and needs none of the checks' results, so ``inorder run`` starts it first and the checks
+    run meanwhile on the other core; :meth:`session` waits for it. A check that fails still
+    ends the run before anything is read: the session is then simply not used (its JVM exits
+    with the process). The data source is registered by :meth:`session`, in the caller's
+    thread, so its modules are not imported by two threads at once.
+    """
+
+    def __init__(self, **session_options: Any) -> None:
+        super().__init__(name="inorder-spark-start", daemon=True)
+        #: The arguments of :func:`build_spark_session` this session was created with.
+        self.options = session_options
+        self._session: Any = None
+        self._error: BaseException | None = None
+        self._launching = threading.Event()
+
+    def start(self) -> None:
+        """Start, and return once the JVM is being launched.
+
+        The preparation before the launch (importing PySpark, the settings) is Python work:
+        beside the caller's own imports it would share the interpreter lock and launch the JVM
+        late. Waiting for it lets the JVM start at once; the rest of the wait is the JVM's.
+        """
+        super().start()
+        self._launching.wait(timeout=_PREPARE_TIMEOUT_S)
+
+    def run(self) -> None:
+        """Create the session (without registering sources); keep the result or the error."""
+        try:
+            self._session = build_spark_session(
+                **self.options, with_sources=False, before_launch=self._launching.set
+            )
+        except BaseException as exc:  # re-raised in the caller's thread by session()
+            self._error = exc
+        finally:
+            self._launching.set()
+
+    def session(self) -> Any:
+        """The session once created, with inorder's sources registered; or its error."""
+        self.join()
+        if self._error is not None:
+            raise self._error
+        register_sources(self._session)
+        return self._session
 
 
 class WorkerWarmUp(threading.Thread):

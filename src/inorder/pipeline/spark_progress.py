@@ -3,8 +3,10 @@ progress line (:class:`~inorder.pipeline.progress.BatchProgress`): lag, timings,
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.progress import BatchProgress
 
 
@@ -66,3 +68,57 @@ def _seconds(report: Any, progress: dict[str, Any]) -> dict[str, float]:
     for step, ms in (progress.get("durationMs") or {}).items():
         seconds[f"spark_{step}"] = float(ms) / 1000.0
     return seconds
+
+
+def task_counts(spark: Any) -> tuple[int, int]:
+    """Tasks done and in all of the stages running now (0, 0 when unknown)."""
+    try:
+        tracker = spark.sparkContext.statusTracker()
+        done = total = 0
+        for stage_id in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(stage_id)
+            if info is not None:
+                done += int(info.numCompletedTasks)
+                total += int(info.numTasks)
+        return done, total
+    except Exception:  # progress is informative: never fail a run over it
+        return 0, 0
+
+
+def planned_records(checkpoint: str, batch_id: int) -> int | None:
+    """Offsets a micro-batch covers, from Spark's offsets log."""
+    from inorder.kafka.offsets import SourceOffset
+
+    layout = CheckpointLayout.of(checkpoint)
+
+    def offset_of(n: int) -> SourceOffset | None:
+        try:
+            entry = layout.offsets_entry(n)
+            if entry is None:
+                return None
+            lines = [line for line in entry.splitlines() if line.strip()]
+            return SourceOffset.from_dict(json.loads(lines[-1]))
+        except (OSError, ValueError, IndexError, KeyError):
+            return None
+
+    end = offset_of(batch_id)
+    if end is None:
+        return None
+    start = offset_of(batch_id - 1) if batch_id > 0 else None
+    before = dict(start.positions) if start is not None else {}
+    total = 0
+    for tp, position in end.positions.items():
+        first = before.get(tp, end.starts.get(tp))
+        if first is not None:
+            total += max(0, position - first)
+    return total
+
+
+def default_parallelism(spark: Any) -> int:
+    """The session's task slots (0 without a session or SparkContext, e.g. Spark Connect)."""
+    if spark is None:
+        return 0
+    try:
+        return max(int(spark.sparkContext.defaultParallelism), 0)
+    except Exception:
+        return 0
