@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import pyarrow as pa
 
 from inorder.ddl import arrow_ddl
 from inorder.processor import Header
+
+#: One record of a topic-partition as the engine applies it:
+#: ``(offset, kafka_key, value, timestamp_us, headers)``.
+RecordTuple = tuple[int, bytes | None, bytes | None, int | None, Any]
 
 #: Schema of the records the Kafka source yields (Spark Kafka connector compatible).
 KAFKA_ARROW_SCHEMA = pa.schema(

@@ -52,10 +52,9 @@ from inorder.engine.violations import ROW_SCHEMA, DeadLetter, ViolationEvent
 from inorder.errors import InorderError
 from inorder.integrity import Integrity
 from inorder.processor import Processor, Violation
+from inorder.records import RecordTuple
 from inorder.state.entry import KeyEntry, PartitionMeta, StateView
 
-#: One record of a topic-partition: ``(offset, kafka_key, value, timestamp_us, headers)``.
-RecordTuple = tuple[int, bytes | None, bytes | None, int | None, Any]
 #: A record followed by its partition's watermark (external-watermark mode).
 WatermarkedRecord = tuple[int, bytes | None, bytes | None, int | None, Any, int | None]
 

@@ -20,13 +20,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from inorder.codecs.base import Codec
-from inorder.engine.apply import OrderedApplier, RecordTuple
+from inorder.engine.apply import OrderedApplier
 from inorder.engine.context import to_micros
 from inorder.engine.violations import PROCESSOR_ERROR, DeadLetter, ViolationEvent
 from inorder.errors import InorderError, IntegrityError
 from inorder.integrity import Integrity
 from inorder.processor import Processor, processor_types
-from inorder.records import KafkaRecord, TopicPartition
+from inorder.records import KafkaRecord, RecordTuple, TopicPartition
 from inorder.state.entry import KeyEntry, PartitionMeta
 
 

@@ -22,14 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inorder.codecs.base import Codec
-from inorder.engine.apply import OrderedApplier, RecordTuple
+from inorder.engine.apply import OrderedApplier
 from inorder.engine.results import RESULT_SCHEMA, ResultFile, TaskResult, result_row
 from inorder.engine.violations import DeadLetter, ViolationEvent
 from inorder.integrity import Integrity
-from inorder.kafka.consumer import read_records
+from inorder.kafka.consumer import read_ranges_records
 from inorder.kafka.options import SourceOptions
 from inorder.processor import Processor
-from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS, TopicPartition
+from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS, RecordTuple, TopicPartition
 from inorder.sinks.base import BatchWriter, Sink, WrittenFile
 from inorder.spark.worker_heap import freeze_worker_heap
 from inorder.state.checkpoint import CheckpointStore
@@ -318,21 +318,58 @@ def _markers(batch: pa.RecordBatch) -> list[tuple[int, int, int]]:
     return found
 
 
-def _read_and_apply(part: _PartitionWork, options: SourceOptions, start: int, end: int) -> None:
-    """Read ``[start, end)`` of the partition from Kafka and apply it, a fetch at a time."""
-    applier = part.applier
-    timings = part.timings
-    chunks = read_records(options, part.tp, start, end)
+def _read_and_apply(
+    work: dict[TopicPartition, _PartitionWork],
+    options: SourceOptions,
+    ranges: list[tuple[TopicPartition, int, int]],
+) -> None:
+    """Read every range from Kafka with one consumer and apply each chunk to its partition.
+
+    Chunks of different partitions interleave; each partition's come in offset order, and a
+    partition's applier sees only its own (state is per partition, so nothing else orders).
+    A partition with several ranges has them read one after another, in the order given.
+    """
+    for wave in read_waves(ranges):
+        _read_wave(work, options, wave)
+
+
+def read_waves(
+    ranges: list[tuple[TopicPartition, int, int]],
+) -> list[list[tuple[TopicPartition, int, int]]]:
+    """``ranges`` in waves of distinct partitions: wave k holds each partition's k-th range."""
+    waves: list[list[tuple[TopicPartition, int, int]]] = []
+    seen: dict[TopicPartition, int] = {}
+    for tp, start, end in ranges:
+        k = seen[tp] = seen.get(tp, -1) + 1
+        if k == len(waves):
+            waves.append([])
+        waves[k].append((tp, start, end))
+    return waves
+
+
+def _read_wave(
+    work: dict[TopicPartition, _PartitionWork],
+    options: SourceOptions,
+    ranges: list[tuple[TopicPartition, int, int]],
+) -> None:
+    """Read ranges of distinct partitions with one consumer; apply each chunk."""
+    chunks = read_ranges_records(options, ranges)
+    failed: set[TopicPartition] = set()
     try:
-        while applier.failed is None:
+        while len(failed) < len(ranges):
             asked = time.perf_counter()
-            chunk = next(chunks, None)
+            item = next(chunks, None)
             started = time.perf_counter()
-            timings["read"] = timings.get("read", 0.0) + started - asked
-            if chunk is None:
+            if item is None:
                 return
-            applier.apply(chunk)
-            timings["apply"] = timings.get("apply", 0.0) + time.perf_counter() - started
+            tp, chunk = item
+            part = work[tp]
+            part.timings["read"] = part.timings.get("read", 0.0) + started - asked
+            if part.applier.failed is not None:  # stopped by its policy: the rest is not applied
+                failed.add(tp)
+                continue
+            part.applier.apply(chunk)
+            part.timings["apply"] = part.timings.get("apply", 0.0) + time.perf_counter() - started
             part.flush()
     finally:
         chunks.close()
@@ -373,6 +410,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     encoder = RowEncoder(spec.out_type)
     state_codec = StateCodec(spec.state_type)
     work: dict[TopicPartition, _PartitionWork] = {}
+    reads = spec.source_options  # set: the task reads the planned ranges from Kafka itself
+    to_read: list[tuple[TopicPartition, int, int]] = []
     # Time spent waiting for input (the source's read and Spark moving the rows), charged to
     # the topic-partition of the batch that arrived: it shows where a batch's time goes.
     waited = 0.0
@@ -391,9 +430,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                 waited = 0.0
             found = _markers(run)
             markers = [i for i, _, _ in found]
-            if spec.source_options is not None:
-                for _, start, end in found:
-                    _read_and_apply(part, spec.source_options, start, end)
+            if reads is not None:
+                to_read.extend((tp, start, end) for _, start, end in found)
             if markers == [0]:
                 run = run.slice(1)
             elif markers:
@@ -402,11 +440,17 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                 run = run.filter(pa.array(keep, pa.bool_()))
             if run.num_rows == 0:
                 continue
+            if reads is not None and to_read:  # records after planned ranges: those go first
+                _read_and_apply(work, reads, to_read)
+                to_read = []
             started = time.perf_counter()
             part.applier.apply(_record_tuples(run))
             part.timings["apply"] = part.timings.get("apply", 0.0) + time.perf_counter() - started
             part.flush()
         asked = time.perf_counter()
+    if reads is not None and to_read:
+        # Ranges are read once every marker has arrived: one consumer for all of them.
+        _read_and_apply(work, reads, to_read)
     results = [work[tp].finish() for tp in sorted(work)]
     del work
     freeze_worker_heap()

@@ -11,11 +11,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from inorder.engine.apply import RecordTuple
 from inorder.kafka.admin import KafkaAdmin
 from inorder.kafka.options import SourceOptions
 from inorder.kafka.planning import Watermarks
-from inorder.records import TopicPartition
+from inorder.records import RecordTuple, TopicPartition
 
 
 def record_tuples(batch: pa.RecordBatch) -> list[RecordTuple]:

@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inorder.codecs.base import DecodeError
-from inorder.engine.apply import OrderedApplier, RecordTuple
+from inorder.engine.apply import OrderedApplier
 from inorder.engine.violations import ViolationEvent
 from inorder.ops.batchlog import BatchLog, Segment
 from inorder.ops.kafka_reads import read_chunks
 from inorder.ops.recompute import plan_segments
 from inorder.ops.sessionspans import SpanTracker
 from inorder.ops.target import OpsTarget
-from inorder.records import TopicPartition
+from inorder.records import RecordTuple, TopicPartition
 from inorder.state.entry import KeyEntry, PartitionMeta
 
 

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 import msgspec
 
 from inorder.codecs.base import DecodeError
-from inorder.engine.apply import OrderedApplier, RecordTuple
+from inorder.engine.apply import OrderedApplier
 from inorder.engine.context import from_micros
 from inorder.engine.violations import ViolationEvent
 from inorder.errors import ConfigError, InorderError
@@ -35,7 +35,7 @@ from inorder.ops.kafka_reads import read_chunks, watermarks
 from inorder.ops.recompute import plan_segments
 from inorder.ops.statefiles import load_partition_state, loadable_versions
 from inorder.ops.target import OpsTarget
-from inorder.records import TopicPartition
+from inorder.records import RecordTuple, TopicPartition
 from inorder.state.entry import KeyEntry, PartitionMeta
 
 _WIDTH = 160
