@@ -206,6 +206,14 @@ def _commit(
     table.metadata = table.metadata.model_copy(update={"properties": properties})
     summary: dict[str, Any] = {OPERATION_KEY: COMPACT}
     tx = table.transaction()
+    if table.metadata.name_mapping() is None:
+        # The merged files carry no field ids (pyiceberg refuses to register files that do):
+        # readers resolve them by name, so a table without a name mapping gets one, in the
+        # same commit (as pyiceberg's add_files does).
+        from pyiceberg.table import TableProperties
+
+        mapping = table.schema().name_mapping.model_dump_json()
+        tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
     try:
         with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
             for group in groups:
