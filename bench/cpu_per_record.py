@@ -309,7 +309,11 @@ def main() -> int:
         "--with-quix", action="store_true", help="also run Quix Streams (its own virtualenv)"
     )
     parser.add_argument(
-        "--vs", metavar="CHECKOUT", help="also run the inorder contender from this source tree"
+        "--vs",
+        metavar="CHECKOUT",
+        action="append",
+        default=[],
+        help="also run the inorder contender from this source tree (repeatable)",
     )
     parser.add_argument(
         "--with-tables",
@@ -328,8 +332,8 @@ def main() -> int:
     if not process_tree.set_child_subreaper():
         print("warning: no subreaper; CPU is the sampled lower bound", flush=True)
     contenders: list[tuple[str, Path]] = [("inorder", ROOT)]
-    if args.vs:
-        other = Path(args.vs).resolve()
+    for checkout in args.vs:
+        other = Path(checkout).resolve()
         if not (other / "src" / "inorder").is_dir():
             parser.error(f"--vs: {other}/src/inorder is not a directory")
         contenders.append((f"inorder ({other.name})", other))
