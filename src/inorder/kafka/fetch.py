@@ -24,7 +24,7 @@ import logging
 import operator
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +83,8 @@ class _Open:
     expected: int
     end: int
     last_progress: float
+    #: Moved to the log start after expired offsets: read on with a new consumer.
+    moved: bool = False
 
 
 def fetch_runs(
@@ -108,26 +110,35 @@ def fetch_runs(
         raise ValueError(f"fetch_runs reads one range per partition at a time, not {ranges}")
     if not reading:
         return
-    try:
-        consumer = Consumer(consumer_config(options))
-    except KafkaException as exc:
-        raise InorderError(f"kafka.*: {exc.args[0].str()}") from None
     # Each batch allocates tens of thousands of short-lived objects (messages, tuples) that
     # never form cycles; the cyclic GC scanning them cost ~30% of the read rate (measured).
     # Paused while the ranges are read, restored when the generator ends or is closed.
     gc_was_enabled = gc.isenabled()
     gc.disable()
+    consumer: Any = None
     try:
-        yield from _fetch(consumer, options, reading)
+        while reading:
+            try:
+                consumer = Consumer(consumer_config(options))
+            except KafkaException as exc:
+                raise InorderError(f"kafka.*: {exc.args[0].str()}") from None
+            if not (yield from _fetch(consumer, options, reading)):
+                break
+            # A partition moved to its log start (expired offsets skipped): a new consumer
+            # for what is left, so nothing fetched before the move can reach the reader.
+            consumer.close()
+            consumer = None
     finally:
-        consumer.close()
+        if consumer is not None:
+            consumer.close()
         if gc_was_enabled:
             gc.enable()
 
 
 def _fetch(
     consumer: Any, options: SourceOptions, reading: dict[tuple[str, int], _Open]
-) -> Iterator[Run]:
+) -> Generator[Run, None, bool]:
+    """Read with ``consumer`` until every range is done (``False``) or one moved (``True``)."""
     from confluent_kafka import TopicPartition as CTP
 
     consumer.assign([CTP(r.tp.topic, r.tp.partition, r.expected) for r in reading.values()])
@@ -137,7 +148,9 @@ def _fetch(
         # num_messages or the timeout passed, so asking for a full batch on the last fetch
         # of a range waited the whole timeout (0.5 s per task and micro-batch).
         left = sum(r.end - r.expected for r in reading.values())
-        messages = consumer.consume(num_messages=max(1, min(options.batch_rows, left)), timeout=0.5)
+        want = max(1, min(options.batch_rows, left))
+        messages = consumer.consume(num_messages=want, timeout=0.5)
+        moved = False
         for key, run in _partition_runs(messages, single=len(reading) == 1):
             current = reading.get(key) if key is not None else None
             if current is None:
@@ -145,15 +158,23 @@ def _fetch(
                     current = next(iter(reading.values()))  # a client-wide event
                 else:
                     continue  # a partition already done: what was prefetched past its end
+            if current.moved:
+                continue  # what this consumer still had from before the move
             taken, done = _take(consumer, options, current, run)
             if taken is not None:
                 yield taken
+            moved = moved or current.moved
             if done:
                 del reading[(current.tp.topic, current.tp.partition)]
                 if reading:
                     consumer.incremental_unassign([CTP(current.tp.topic, current.tp.partition)])
+        if moved:
+            for r in reading.values():
+                r.moved = False
+            return True
         if not messages:
             _check_stalled(consumer, options, reading, timeout_s)
+    return False
 
 
 def _partition_runs(
@@ -232,6 +253,7 @@ def _take(
                 done = True
                 break
             current.expected = resume
+            current.moved = True
             break
         if code in (
             KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -331,7 +353,4 @@ def _handle_out_of_range(
     log.warning("skipping: %s", event.message())
     if low >= end:
         return None
-    # Only this partition starts again from the log start: the others keep their positions.
-    consumer.incremental_unassign([CTP(tp.topic, tp.partition)])
-    consumer.incremental_assign([CTP(tp.topic, tp.partition, low)])
     return int(low)
