@@ -165,9 +165,7 @@ def _fetch(
                 yield taken
             moved = moved or current.moved
             if done:
-                del reading[(current.tp.topic, current.tp.partition)]
-                if reading:
-                    consumer.incremental_unassign([CTP(current.tp.topic, current.tp.partition)])
+                _finish(consumer, reading, current)
         if moved:
             for r in reading.values():
                 r.moved = False
@@ -260,10 +258,7 @@ def _take(
             KafkaError._UNKNOWN_PARTITION,
             KafkaError._UNKNOWN_TOPIC,
         ):
-            event = LossEvent(tp, LossKind.DELETED, current.expected, end)
-            if options.fail_on_data_loss:
-                raise DataLossError(event.message())
-            log.warning("skipping: %s", event.message())
+            _deleted(current, options)
             done = True
             break
         if error.fatal() or not error.retriable():
@@ -291,21 +286,14 @@ def _check_stalled(
         if current is None:
             continue
         if int(position.offset if position.offset is not None else -1) >= current.end:
-            del reading[key]
-            if reading:
-                consumer.incremental_unassign([CTP(*key)])
+            _finish(consumer, reading, current)
             continue
         tp, waited = current.tp, now - current.last_progress
         if waited > GONE_CHECK_S and _partition_gone(consumer, tp, options):
             # A topic deleted under the read: some brokers send no error for it, the poll
             # would only time out (after pollTimeoutMs) without naming the loss.
-            event = LossEvent(tp, LossKind.DELETED, current.expected, current.end)
-            if options.fail_on_data_loss:
-                raise DataLossError(event.message())
-            log.warning("skipping: %s", event.message())
-            del reading[key]
-            if reading:
-                consumer.incremental_unassign([CTP(*key)])
+            _deleted(current, options)
+            _finish(consumer, reading, current)
             continue
         if waited > timeout_s:
             raise InorderError(
@@ -313,6 +301,23 @@ def _check_stalled(
                 f"between offsets {current.expected} and {current.end} arrived within "
                 f"{timeout_s:g} s (kafkaConsumer.pollTimeoutMs)"
             )
+
+
+def _finish(consumer: Any, reading: dict[tuple[str, int], _Open], current: _Open) -> None:
+    """``current``'s range is read: drop it, and stop fetching its partition."""
+    from confluent_kafka import TopicPartition as CTP
+
+    del reading[(current.tp.topic, current.tp.partition)]
+    if reading:
+        consumer.incremental_unassign([CTP(current.tp.topic, current.tp.partition)])
+
+
+def _deleted(current: _Open, options: SourceOptions) -> None:
+    """The partition of ``current`` was deleted: raise the loss, or warn and skip it."""
+    event = LossEvent(current.tp, LossKind.DELETED, current.expected, current.end)
+    if options.fail_on_data_loss:
+        raise DataLossError(event.message())
+    log.warning("skipping: %s", event.message())
 
 
 def _partition_gone(consumer: Any, tp: TopicPartition, options: SourceOptions) -> bool:
