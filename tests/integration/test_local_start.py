@@ -147,9 +147,10 @@ def test_warming_workers_starts_the_daemon_beside_the_driver(spark: Any) -> None
     import psutil
 
     from inorder.pipeline.spark import warm_python_workers
+    from inorder.spark.worker_pools import ENGINE_POOL, POOL_ENV
 
     assert warm_python_workers(spark, "spark://elsewhere:7077") is None
-    warm_up = warm_python_workers(spark, "local[2]")
+    warm_up = warm_python_workers(spark, "local[2]", (None, ENGINE_POOL))
     assert warm_up is not None
     warm_up.join(timeout=120)
     assert not warm_up.is_alive() and warm_up.error is None, warm_up.error
@@ -163,3 +164,12 @@ def test_warming_workers_starts_the_daemon_beside_the_driver(spark: Any) -> None
 
     daemons = [p for p in jvm.children(recursive=True) if "inorder.spark.daemon" in command_line(p)]
     assert daemons, "no Python worker daemon under the session's JVM"
+
+    def pool(process: Any) -> str | None:
+        try:
+            return str(process.environ().get(POOL_ENV, ""))
+        except psutil.Error:
+            return None
+
+    # One daemon per pool: the engine's functions run apart from the source's reads.
+    assert {"", ENGINE_POOL} <= {pool(p) for p in daemons}, [pool(p) for p in daemons]

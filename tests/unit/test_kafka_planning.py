@@ -503,3 +503,23 @@ def test_a_range_group_reads_as_one_marker_row_per_range() -> None:
             assert marker is not None
             found.append((marker.tp.topic, marker.tp.partition, marker.start, marker.end))
     assert sorted(found) == [("a", 0, 0, 30), ("a", 1, 0, 10), ("b", 0, 0, 25)]
+
+
+def test_range_groups_stay_the_same_while_partitions_are_equally_busy() -> None:
+    from inorder.kafka.source import group_ranges
+
+    def members(ranges: list[tuple[str, int, int, int]]) -> list[list[tuple[str, int]]]:
+        return [[(t, p) for t, p, _, _ in g.ranges] for g in group_ranges(ranges, 2)]
+
+    # Two batches of 12 partitions whose sizes differ a little and in another order: the
+    # balanced packing (largest first) moves partitions between groups, the stable one not.
+    first = [
+        (t, p, 0, 8300 + 37 * ((p * 5 + len(t)) % 7)) for t in ("x", "y", "z") for p in range(4)
+    ]
+    second = [(t, p, e, e + 8400 - 41 * ((p * 3 + len(t)) % 5)) for t, p, _, e in first]
+    assert members(first) == members(second)
+    assert members(first)[0] == [("x", 0), ("x", 2), ("y", 0), ("y", 2), ("z", 0), ("z", 2)]
+    # The busy partitions would share one group: balance wins over stability.
+    skewed = [("x", p, 0, 5000 if p % 2 == 0 else 1000) for p in range(4)]
+    loads = sorted(sum(e - s for _, _, s, e in g.ranges) for g in group_ranges(skewed, 2))
+    assert loads == [6000, 6000]

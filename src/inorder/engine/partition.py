@@ -41,6 +41,7 @@ from inorder.integrity import Integrity
 from inorder.kafka.options import SourceOptions
 from inorder.processor import Processor, processor_types
 from inorder.sinks.base import ConsumedOffsets, Sink, SinkError
+from inorder.spark.worker_pools import engine_pool
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.store import StateOptions
 
@@ -86,6 +87,11 @@ class BatchReport:
     #: ``write``: encoding and staging output, ``state``: the state delta, ``load``: opening
     #: state).
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    #: How the tasks found their topic-partitions' state caches: ``open`` (the worker still
+    #: held it from an earlier batch), then exactly one of ``current`` (at the version
+    #: needed), ``caught_up`` (behind: the missing deltas applied) or ``rebuilt`` (read from
+    #: the checkpoint).
+    state_opens: dict[str, int] = field(default_factory=dict)
 
 
 def forget_msgspec_caches(*types: Any) -> None:
@@ -233,7 +239,9 @@ class PartitionBackend:
             # Coalescing concatenates whole input partitions, in order: no shuffle, and each
             # topic-partition's records stay in offset order within one task.
             projected = projected.coalesce(tasks)
-        return projected.mapInArrow(functools.partial(_task, self.spec(batch_id)), RESULT_DDL)
+        # In the engine's own worker pool: a task lands in a process that holds state caches.
+        with engine_pool(df.sparkSession):
+            return projected.mapInArrow(functools.partial(_task, self.spec(batch_id)), RESULT_DDL)
 
     def _task_count(self, df: Any) -> int:
         if self.max_tasks is not None:
@@ -263,6 +271,7 @@ class PartitionBackend:
             "commit": report.duration_seconds - (tasks_done - started),
             **_task_phases(results),
         }
+        report.state_opens = _state_opens(results)
         return report
 
     def commit(self, batch_id: int, results: list[TaskResult]) -> BatchReport:
@@ -291,6 +300,16 @@ _TASK_PHASES = ("read", "apply", "write", "state", "load")
 
 def _task_phases(results: list[TaskResult]) -> dict[str, float]:
     return {phase: sum(float(r.timings.get(phase, 0.0)) for r in results) for phase in _TASK_PHASES}
+
+
+def _state_opens(results: list[TaskResult]) -> dict[str, int]:
+    opens = {"open": 0, "current": 0, "caught_up": 0, "rebuilt": 0}
+    for r in results:
+        t = r.timings
+        opens["open"] += bool(t.get("cache_reused"))
+        found = "current" if t.get("cache_hit") else "caught_up" if t.get("caught_up") else None
+        opens[found or "rebuilt"] += 1
+    return opens
 
 
 def summarize(batch_id: int, results: list[TaskResult]) -> BatchReport:

@@ -153,6 +153,7 @@ class KafkaSource:
     def load(self, spark: Any, extra_options: Mapping[str, str] | None = None) -> Any:
         """The streaming DataFrame (registers the source, checks options and broker first)."""
         from inorder.kafka.source import KafkaDataSource
+        from inorder.spark.worker_pools import SOURCE_POOL, in_pool
 
         options = {**self.to_options(), **(extra_options or {})}
         self.check(extra_options)
@@ -160,9 +161,13 @@ class KafkaSource:
             from inorder.archive.tiered_source import TieredDataSource, tiered_load_options
 
             options.update(tiered_load_options(self.archive, self.archive_storage_options))
-            spark.dataSource.register(TieredDataSource)
+            with in_pool(spark, None):  # the source's reads: never the engine's worker pool
+                spark.dataSource.register(TieredDataSource)
             return spark.readStream.format(TieredDataSource.name()).options(**options).load()
-        spark.dataSource.register(KafkaDataSource)
+        # Marker rows only (the engine reads the ranges): the source pool, light workers.
+        ranges_only = str(options.get("inorder.rangesOnly", "")).lower() == "true"
+        with in_pool(spark, SOURCE_POOL if ranges_only else None):
+            spark.dataSource.register(KafkaDataSource)
         return spark.readStream.format(KafkaDataSource.name()).options(**options).load()
 
 

@@ -91,19 +91,33 @@ class KafkaRangeGroup(InputPartition):
         return f"KafkaRangeGroup({inner})"
 
 
-def group_ranges(ranges: Sequence[tuple[str, int, int, int]], groups: int) -> list[KafkaRangeGroup]:
-    """Ranges packed into at most ``groups`` groups of about equal record counts.
+#: How much heavier than the balanced packing the stable one may be and still be used.
+STABLE_GROUPS_SLACK = 1.25
 
-    Largest range first into the group with the fewest records so far; within a group the
-    ranges keep topic-partition order. A topic-partition has one range per micro-batch, so it
-    is in exactly one group: its records stay in one task, in offset order.
+
+def group_ranges(ranges: Sequence[tuple[str, int, int, int]], groups: int) -> list[KafkaRangeGroup]:
+    """Ranges packed into at most ``groups`` groups, the same ones batch after batch if fair.
+
+    The stable packing deals the ranges in topic-partition order round the groups: while the
+    partitions are equally busy, each one stays in the same group (the same task index) every
+    batch, so its task mostly lands in the engine worker that holds its state cache. When
+    that packing's heaviest group is more than :data:`STABLE_GROUPS_SLACK` times the balanced
+    packing's (largest range first into the lightest group), the balanced one is used. Within
+    a group the ranges keep topic-partition order. A topic-partition has one range per
+    micro-batch, so it is in exactly one group: its records stay in one task, in offset order.
     """
-    bins: list[list[tuple[str, int, int, int]]] = [[] for _ in range(max(1, groups))]
-    loads = [0] * len(bins)
+    count = max(1, groups)
+    stable: list[list[tuple[str, int, int, int]]] = [[] for _ in range(count)]
+    for i, r in enumerate(sorted(ranges)):
+        stable[i % count].append(r)
+    balanced: list[list[tuple[str, int, int, int]]] = [[] for _ in range(count)]
+    loads = [0] * count
     for r in sorted(ranges, key=lambda r: (-(r[3] - r[2]), r[0], r[1])):
         lightest = loads.index(min(loads))
-        bins[lightest].append(r)
+        balanced[lightest].append(r)
         loads[lightest] += r[3] - r[2]
+    heaviest = max(sum(e - s for _, _, s, e in b) for b in stable)
+    bins = stable if heaviest <= max(loads) * STABLE_GROUPS_SLACK else balanced
     return [KafkaRangeGroup(sorted(b)) for b in bins if b]
 
 

@@ -29,6 +29,8 @@ class BatchProgress:
     #: Where the time went, in seconds: the backend's phases (see ``BatchReport``) and
     #: Spark's own steps of the trigger (``spark_latestOffset``, ``spark_walCommit``, ...).
     seconds: dict[str, float] = field(default_factory=dict)
+    #: How the tasks found their topic-partitions' state caches (see ``BatchReport``).
+    state_opens: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -153,6 +153,14 @@ class PipelineRunner:
         p = self.pipeline
         return p.backend == "partition" and not p.source.archive
 
+    def _worker_pools(self) -> tuple[str | None, ...]:
+        """The Python worker pools the batches use (spark/worker_pools.py)."""
+        if self.pipeline.backend != "partition":
+            return (None,)
+        from inorder.spark.worker_pools import ENGINE_POOL, SOURCE_POOL
+
+        return (SOURCE_POOL if self._reads_in_tasks() else None, ENGINE_POOL)
+
     def _source_options(self) -> dict[str, str]:
         options = {"inorder.partitionMarkers": "true"}
         if self._reads_in_tasks():
@@ -300,7 +308,7 @@ class PipelineRunner:
             self._spark = self._early.session()  # waits for it; its failure is this run's
         if self._early is None or self._early.options != options:
             self._spark = build_spark_session(**options)
-        warm_python_workers(self._spark, p.spark_master)
+        warm_python_workers(self._spark, p.spark_master, self._worker_pools())
         extra = self._source_options()
         df = p.source.load(self._spark, extra_options=extra)
         if self._reads_in_tasks():

@@ -188,7 +188,10 @@ def register_sources(session: Any) -> None:
         from inorder.kafka.source import KafkaDataSource
     except ImportError:  # the source module is optional while the package is being built
         return
-    session.dataSource.register(KafkaDataSource)
+    from inorder.spark.worker_pools import in_pool
+
+    with in_pool(session, None):  # Spark's default pool, never the engine's
+        session.dataSource.register(KafkaDataSource)
 
 
 #: The longest :meth:`EarlySession.start` waits for the preparation (then it goes on anyway).
@@ -247,33 +250,47 @@ class EarlySession(threading.Thread):
 class WorkerWarmUp(threading.Thread):
     """The background job of :func:`warm_python_workers`; ``error`` holds what stopped it."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, pools: tuple[str | None, ...] = (None,)) -> None:
         super().__init__(name="inorder-warm-workers", daemon=True)
         self.session = session
+        self.pools = pools
         self.error: Exception | None = None
 
     def run(self) -> None:
-        """One ``mapInArrow`` task per core, doing nothing."""
+        """One task per core and pool, doing nothing, the pools' first tasks side by side."""
+        from inorder.spark.worker_pools import in_pool
+
         try:
             slots = max(int(self.session.sparkContext.defaultParallelism), 1)
-            frame = self.session.range(slots, numPartitions=slots)
-            frame.mapInArrow(_nothing, "id long").collect()
+            plans = []
+            for _ in range(slots):  # interleaved: each pool's daemon starts in the first wave
+                for pool in self.pools:
+                    with in_pool(self.session, pool):
+                        plans.append(self.session.range(1).mapInArrow(_nothing, "id long"))
+            job = plans[0]
+            for plan in plans[1:]:
+                job = job.union(plan)
+            job.collect()
         except Exception as exc:  # the session stopped first, or no SparkContext: nothing lost
             self.error = exc
 
 
-def warm_python_workers(session: Any, master: str) -> WorkerWarmUp | None:
-    """On a local master, start the Python worker daemon and workers in the background.
+def warm_python_workers(
+    session: Any, master: str, pools: tuple[str | None, ...] = (None,)
+) -> WorkerWarmUp | None:
+    """On a local master, start the Python worker daemons and workers in the background.
 
-    Spark starts the daemon (which imports PySpark, pyarrow and inorder's engine) at the first
-    Python task, i.e. inside the first micro-batch, after the data source's planner processes
-    have run one after another. A one-task-per-core ``mapInArrow`` job started beside them
-    brings the daemon and workers up in parallel, and the first batch reuses them. A failure
-    is only recorded: the first batch then starts them itself, as without this.
+    Spark starts a pool's daemon (which imports PySpark, pyarrow and inorder's engine) at the
+    first Python task, i.e. inside the first micro-batch, after the data source's planner
+    processes have run one after another. One job with a task per core and pool in ``pools``
+    (``None``: Spark's default pool; the partition backend's engine and the source's reads of
+    marker rows have their own, :mod:`inorder.spark.worker_pools`), started beside them,
+    brings the daemons and workers up in parallel, and the first batch reuses them. A
+    failure is only recorded: the first batch then starts them itself, as without this.
     """
     if not master.startswith("local"):
         return None
-    warm_up = WorkerWarmUp(session)
+    warm_up = WorkerWarmUp(session, pools)
     warm_up.start()
     return warm_up
 

@@ -58,6 +58,7 @@ def batch_progress(batch_id: int, report: Any, progress: dict[str, Any]) -> Batc
             for partition, counts in (getattr(report, "violations_by_partition", {}) or {}).items()
         },
         seconds=_seconds(report, progress),
+        state_opens=dict(getattr(report, "state_opens", {}) or {}),
     )
 
 
