@@ -108,8 +108,9 @@ def group_ranges(ranges: Sequence[tuple[str, int, int, int]], groups: int) -> li
     """
     count = max(1, groups)
     stable: list[list[tuple[str, int, int, int]]] = [[] for _ in range(count)]
-    for i, r in enumerate(sorted(ranges)):
-        stable[i % count].append(r)
+    dealt: dict[tuple[str, int], int] = {}
+    for r in sorted(ranges):  # by topic-partition: never one partition in two groups
+        stable[dealt.setdefault((r[0], r[1]), len(dealt)) % count].append(r)
     balanced: list[list[tuple[str, int, int, int]]] = [[] for _ in range(count)]
     loads = [0] * count
     for r in sorted(ranges, key=lambda r: (-(r[3] - r[2]), r[0], r[1])):
