@@ -343,14 +343,17 @@ def record_and_assert(matrix: MatrixRecorder, ok: bool, check: str, **row: Any) 
 def test_driver_kill_9_at_random_moments(
     own_broker: OwnBroker, tmp_path: Path, matrix: MatrixRecorder
 ) -> None:
-    job = make_job(own_broker.bootstrap_servers, tmp_path, seed=11, max_offsets=300)
+    job = make_job(own_broker.bootstrap_servers, tmp_path, seed=11, messages=6000, max_offsets=300)
     rng = random.Random(11)
     kills, seen = 0, 0
     for _ in range(3):
         run = DriverRun(job.toml)
-        # Once this run has committed a batch, a random moment of the next few batches.
-        wait_until(lambda: len(job.committed()) > seen, run, "commit", RUN_TIMEOUT)  # noqa: B023
-        time.sleep(rng.uniform(0, 3))
+        # After one to three more committed batches, a random moment of the next one. Counted
+        # in batches, not seconds: a batch of 300 records takes 0.2 s or 2 s depending on the
+        # machine, and a kill after the last batch would test nothing (and end the loop).
+        target = seen + rng.randint(1, 3)
+        wait_until(lambda: len(job.committed()) >= target, run, "commit", RUN_TIMEOUT)  # noqa: B023
+        time.sleep(rng.uniform(0, 0.4))
         run.kill_9()
         run.wait()
         kills += 1
