@@ -82,7 +82,9 @@ def preload_modules() -> list[str]:
     extra = os.environ.get("INORDER_DAEMON_PRELOAD", "").strip()
     if extra.lower() == "none":
         return []
-    base = SOURCE_PRELOAD if os.environ.get("INORDER_WORKER_POOL") == "source" else PRELOAD
+    from inorder.spark.worker_pools import POOL_ENV, SOURCE_POOL  # stdlib only: cheap
+
+    base = SOURCE_PRELOAD if os.environ.get(POOL_ENV) == SOURCE_POOL else PRELOAD
     names = [*base, *(n.strip() for n in extra.split(",") if n.strip())]
     failed: list[str] = []
     import importlib
