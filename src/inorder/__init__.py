@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from inorder.kafka.api import KafkaSource
     from inorder.pipeline.pipeline import Pipeline
     from inorder.pipeline.progress import RunSummary
-    from inorder.processor import Context, Processor, Violation
+    from inorder.processor import Context, Duplicate, Processor, Violation
     from inorder.sessions import SessionChange, SessionTables, rebuild_tables
     from inorder.sinks.base import Sink
     from inorder.sinks.delta import DeltaSink
@@ -58,6 +58,7 @@ _EXPORTS = {
     "Pipeline": "inorder.pipeline.pipeline",
     "RunSummary": "inorder.pipeline.progress",
     "Context": "inorder.processor",
+    "Duplicate": "inorder.processor",
     "Processor": "inorder.processor",
     "Violation": "inorder.processor",
     "SessionChange": "inorder.sessions",
@@ -93,6 +94,7 @@ __all__ = [
     "DataLossError",
     "DecodeError",
     "DeltaSink",
+    "Duplicate",
     "IcebergSink",
     "InorderError",
     "Integrity",

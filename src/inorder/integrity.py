@@ -21,6 +21,12 @@ Tier = Literal["none", "fuzzy", "strict"]
 Policy = Literal["fail", "restart_session", "dead_letter"]
 
 POLICIES: tuple[Policy, ...] = ("fail", "restart_session", "dead_letter")
+#: Default :attr:`Integrity.reject_limit`: a batch in which more than half the records break
+#: rules (at least :data:`MIN_REJECTED` of them) stops before it commits. Real data is not
+#: that broken; a wrong ``row_key``, codec or envelope is.
+REJECT_LIMIT = 0.5
+#: Fewer rejected records than this never stop a batch (a small batch proves nothing).
+MIN_REJECTED = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +39,19 @@ class Integrity:
     (a new session, see :meth:`inorder.processor.Processor.starts_session`, may restart it);
     a processor may raise :class:`inorder.processor.Violation` for its own rules.
     Offset gaps from transaction markers or compaction are not violations.
+
+    Under ``dead_letter`` and ``restart_session``, a batch in which more than
+    ``reject_limit`` of the records were rejected (dead-lettered, reset or ignored) stops
+    before it commits: a wrong setting, not the data, rejects that much.
     """
 
     tier: Tier = "strict"
     on_violation: Policy = "fail"
     sequence_field: str | None = None
     lateness: timedelta = timedelta(0)
+    #: The share of a batch's records that may break rules before the batch stops,
+    #: uncommitted, naming the setting that is likely wrong (1.0: never).
+    reject_limit: float = REJECT_LIMIT
 
     def __post_init__(self) -> None:
         if self.on_violation not in POLICIES:
@@ -47,11 +60,18 @@ class Integrity:
             )
         if self.lateness < timedelta(0):
             raise ValueError("lateness must not be negative")
+        if not 0.0 < self.reject_limit <= 1.0:
+            raise ValueError(f"reject_limit must be above 0 and at most 1, not {self.reject_limit}")
 
     @classmethod
-    def strict(cls, on_violation: Policy = "fail", sequence_field: str | None = None) -> Integrity:
+    def strict(
+        cls,
+        on_violation: Policy = "fail",
+        sequence_field: str | None = None,
+        reject_limit: float = REJECT_LIMIT,
+    ) -> Integrity:
         """Exact offset order, no loss, no undecodable records; optional sequence checks."""
-        return cls("strict", on_violation, sequence_field)
+        return cls("strict", on_violation, sequence_field, reject_limit=reject_limit)
 
     @classmethod
     def fuzzy(cls, lateness: timedelta, on_violation: Policy = "dead_letter") -> Integrity:
@@ -80,10 +100,13 @@ def check_fits(integrity: Integrity, processor: Any) -> None:
     Raises :class:`~inorder.errors.ConfigError` when ``sequence_field`` names no field of the
     processor's message type (every record would break rule ``sequence_missing``), or when
     ``restart_session`` is the policy of a processor without ``starts_session`` (a key that
-    broke a rule would be ignored for good, silently).
+    broke a rule would be ignored for good, silently), or when the processor's own
+    :meth:`~inorder.processor.Processor.check_integrity` refuses it.
     """
     from inorder.processor import Processor
 
+    if isinstance(processor, Processor):
+        processor.check_integrity(integrity)  # what only the processor knows of its input
     own = getattr(type(processor), "starts_session", None)
     if integrity.on_violation == "restart_session" and own in (None, Processor.starts_session):
         name = type(processor).__name__

@@ -124,10 +124,26 @@ class Violation(Exception):
     ``dead_letter``); the key's state is left as it was before the call.
     """
 
-    def __init__(self, rule: str, detail: str) -> None:
+    def __init__(self, rule: str, detail: str, *, fatal: bool = False) -> None:
         super().__init__(f"{rule}: {detail}")
         self.rule = rule
         self.detail = detail
+        #: True when no policy may set the record aside: the run stops before committing
+        #: it, whatever ``on_violation`` says. For a problem only a change of settings can
+        #: fix (a source's schema changed under ``row_type``), where skipping or resetting
+        #: would quietly drop every later record of the kind.
+        self.fatal = fatal
+
+
+class Duplicate(Exception):
+    """Raised by :meth:`Processor.process` for a message the source delivered again.
+
+    At-least-once sources (Debezium after a connector restart) re-send events they had
+    already sent. A processor that can recognise one (a source position at or below the
+    key's last applied one, with the same content) raises this instead of applying it: the
+    engine skips the record, counts it as ``duplicates`` in the progress line, and it is
+    neither applied twice nor a violation. The key's state must be left untouched.
+    """
 
 
 class Processor(abc.ABC, Generic[Msg, State, Out]):
@@ -204,6 +220,24 @@ class Processor(abc.ABC, Generic[Msg, State, Out]):
         Default ``None``: ``Integrity.strict()`` (offset order, stop at the first violation).
         """
         return None
+
+    def check_integrity(self, integrity: Integrity) -> None:
+        """Refuse, before anything runs, an integrity this processor's input cannot honour.
+
+        Raise :class:`~inorder.errors.ConfigError` with one line naming the setting. Default:
+        accept any.
+        """
+        return None
+
+    def identity_options(self) -> dict[str, str]:
+        """Options that change this processor's output for the same input.
+
+        They are recorded in the checkpoint beside the processor's class: a later run with
+        other values is refused unless its changes are accepted (``inorder run
+        --accept-changes``), because the checkpoint has moved past records that the new
+        values would read differently. Default: none.
+        """
+        return {}
 
 
 class ProcessorTypes(NamedTuple):

@@ -15,6 +15,7 @@ import pytest
 from inorder.codecs.base import DecodeError
 from inorder.engine.reference import ReferenceRunner
 from inorder.errors import ConfigError
+from inorder.integrity import Integrity
 from inorder.records import KafkaRecord
 from inorder.sessions import Change, Debezium, SessionTables, rebuild_tables
 from inorder.sessions.debezium import DebeziumCodec, key_session
@@ -23,6 +24,8 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "debezium"
 T0 = datetime(2024, 11, 7, tzinfo=UTC)
 PG_TABLE = "postgres.inventory.customers"
 MY_TABLE = "inventory.customers"
+#: The policy these unit tests apply violations under (a run refuses it for Debezium).
+RESTART = Integrity.strict(on_violation="restart_session")
 
 
 def fixture(db: str, name: str) -> tuple[bytes | None, bytes | None]:
@@ -46,7 +49,7 @@ def run(
     recs: list[KafkaRecord], envelope: Debezium | None = None
 ) -> tuple[ReferenceRunner, list[dict[str, Any]]]:
     proc = SessionTables(envelope=envelope or Debezium())
-    runner = ReferenceRunner(proc, proc.default_codec(), SessionTables.default_integrity())
+    runner = ReferenceRunner(proc, proc.default_codec(), RESTART)
     runner.run_batch(recs, 0, T0)
     return runner, runner.result.rows
 
@@ -99,7 +102,11 @@ def test_positions_and_snapshot_markers() -> None:
     first = codec.decode(*reversed(fixture("postgres", "read_first")))
     assert (first.position, first.snapshot_last) == (None, False)
     assert codec.decode(*reversed(fixture("postgres", "read_last"))).snapshot_last
-    assert codec.decode(*reversed(fixture("mysql", "create"))).position == ("mysql-bin.000003", 484)
+    assert codec.decode(*reversed(fixture("mysql", "create"))).position == (
+        "mysql-bin.000003",
+        484,
+        0,
+    )
 
 
 def test_postgres_stream_rebuilds_the_table() -> None:

@@ -81,7 +81,7 @@ def mapped_records() -> list[KafkaRecord]:
 
 
 def run(proc: SessionTables, recs: list[KafkaRecord]) -> ReferenceRunner:
-    runner = ReferenceRunner(proc, proc.default_codec(), SessionTables.default_integrity())
+    runner = ReferenceRunner(proc, proc.default_codec(), SessionTables().default_integrity())
     runner.run_batch(recs, 0, T0)
     return runner
 

@@ -34,6 +34,7 @@ from inorder.sessions import (
     rebuild_tables_duckdb,
 )
 from inorder.sessions.messages import SessionMessage
+from inorder.sessions.processor import SCHEMA_DRIFT
 from inorder.sessions.table_book import TableRow, due, materialize
 
 T0 = datetime(2024, 11, 7, 12, 0, tzinfo=UTC)
@@ -335,7 +336,7 @@ def test_hooks() -> None:
     assert not proc.starts_session(Insert("S", 1, {"id": "a"}))
     assert proc.key(End("S9", 1)) == "S9"
     assert proc.initial_state("S") == SessionState()
-    assert SessionTables.default_integrity() == Integrity.strict(on_violation="restart_session")
+    assert SessionTables().default_integrity() == Integrity.strict(on_violation="restart_session")
     assert isinstance(proc.default_codec(), SessionCodec)
     assert SessionTables(row_key="pk").default_codec().row_key == "pk"
     types = processor_types(proc)
@@ -444,19 +445,21 @@ def test_typed_rows_have_real_columns() -> None:
 
 
 @pytest.mark.parametrize(
-    ("row", "match"),
+    ("row", "match", "rule"),
     [
-        ({"id": "a"}, "missing required field `name`"),
-        ({"id": "a", "name": 5}, r"Expected `str`, got `int` - at `\$.name`"),
-        ({"id": "a", "name": "x", "colour": "red"}, "colour"),
+        ({"id": "a"}, "missing required field `name`", "row_schema"),
+        ({"id": "a", "name": 5}, r"Expected `str`, got `int` - at `\$.name`", "row_schema"),
+        # A field the type lacks is the source's schema changing: no policy may skip it.
+        ({"id": "a", "name": "x", "colour": "red"}, "not in row_type Item: colour", SCHEMA_DRIFT),
     ],
 )
-def test_typed_rows_that_do_not_fit(row: dict[str, Any], match: str) -> None:
+def test_typed_rows_that_do_not_fit(row: dict[str, Any], match: str, rule: str) -> None:
     d = Driver(SessionTables(row_type=Item))
     d.send(snap(rows=[]))
     with pytest.raises(Violation, match=match) as err:
         d.send(Insert("S", 1, row))
-    assert err.value.rule == "row_schema"
+    assert err.value.rule == rule
+    assert err.value.fatal == (rule == SCHEMA_DRIFT)
     assert d.states["S"] == SessionState(True, 0, {})
 
 

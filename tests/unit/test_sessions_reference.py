@@ -72,7 +72,7 @@ def run(config: SimulationConfig, batches: int) -> dict[str, Any]:
     size = -(-len(placed) // batches)
     proc = SessionTables()
     integrity = Integrity.strict(on_violation="restart_session")
-    assert SessionTables.default_integrity() == integrity
+    assert SessionTables().default_integrity() == integrity
     runner = ReferenceRunner(proc, SessionCodec(), integrity)
     result = runner.run([placed[i : i + size] for i in range(0, len(placed), size)])
     return {
@@ -187,7 +187,7 @@ def test_no_faults_no_resets_and_every_change_unique() -> None:
 
 def test_inactivity_timeout_ends_idle_sessions() -> None:
     proc = SessionTables(inactivity_timeout=timedelta(seconds=30))
-    runner = ReferenceRunner(proc, SessionCodec(), SessionTables.default_integrity())
+    runner = ReferenceRunner(proc, SessionCodec(), SessionTables().default_integrity())
     snap = b'{"type":"snapshot","session":"A","seq":0,"rows":[{"id":"r1"}]}'
     ins = b'{"type":"insert","session":"B","seq":1,"row":{"id":"b2"}}'
     snap_b = b'{"type":"snapshot","session":"B","seq":0,"rows":[]}'

@@ -121,8 +121,13 @@ def test_huge_query_string_is_refused(served: tuple[UiServer, Path]) -> None:
     server, _ = served
     status, _, body = get(server, f"/pipelines/{NAME}?x=" + "a" * (MAX_QUERY + 1), AUTH)
     assert status == 414, body
-    # Past what the HTTP parser buffers the request is refused before the application.
-    status, _, body = get(server, f"/pipelines/{NAME}?x=" + "a" * 100_000, AUTH)
+    # Past what the HTTP parser buffers the request is refused before the application: with
+    # a 400, or by closing the connection while the client still sends (which one depends
+    # on how far the client got when the server answered, so on the machine's load).
+    try:
+        status, _, body = get(server, f"/pipelines/{NAME}?x=" + "a" * 100_000, AUTH)
+    except (ConnectionResetError, BrokenPipeError):
+        return
     assert status in (400, 414), body
     _no_trace(body)
 

@@ -87,7 +87,11 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Validate, then run the pipeline; exit 0 when it ends normally."""
+    """Validate, then run the pipeline; exit 0 when it ends normally with nothing set aside.
+
+    A run whose integrity policy set data aside (dead-lettered, reset or ignored records)
+    exits with ``pipeline.set_aside_exit_code`` (3 by default).
+    """
     from inorder.pipeline.config import load_pipeline, load_toml, validate
 
     overrides = _overrides(args)
@@ -144,7 +148,7 @@ def handle(args: argparse.Namespace) -> int:
         pipeline.observers = [*pipeline.observers, history]
         server = start_ui(args.pipeline, OpsTarget(pipeline), args, "ui-", history)
     try:
-        pipeline.run(
+        summary = pipeline.run(
             stop_after_batches=args.stop_after_batches,
             settings=settings,
             accept_changes=args.accept_changes,
@@ -153,7 +157,8 @@ def handle(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.stop()
-    return 0
+    # A scheduler must not see a run whose policy set data aside as a clean one.
+    return pipeline.set_aside_exit_code if summary.set_aside else 0
 
 
 def _start_session(config: dict[str, dict[str, Any]]) -> EarlySession | None:

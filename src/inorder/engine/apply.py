@@ -19,7 +19,9 @@ cannot diverge. Per record, in this order:
    (skipped ahead), ``sequence_repeat`` (same or lower) or ``sequence_missing``.
 6. **process.** A :class:`~inorder.processor.Violation` it raises discards the rows of that
    call and leaves the key's state as it was (under ``dead_letter`` the state is copied
-   before the call to make that true; ``fail`` stops and ``restart_session`` drops it anyway).
+   before the call to make that true; ``fail`` stops and ``restart_session`` drops it anyway);
+   a fatal one stops whatever the policy. A :class:`~inorder.processor.Duplicate` (a source's
+   redelivery) skips the record, counted as ``duplicates``: no rows, no violation.
 
 Processing-time timers fire in :meth:`OrderedApplier.finish` for deadlines at or before the
 batch's processing time; a timeout's rows carry the offset of the last record of its key.
@@ -36,7 +38,7 @@ from datetime import datetime
 from typing import Any
 
 from inorder.codecs.base import Codec, DecodeError
-from inorder.engine.apply_results import ApplyResults
+from inorder.engine.apply_results import ApplyResults, row_checker
 from inorder.engine.context import (
     EVENT_TIME,
     PROCESSING_TIME,
@@ -51,27 +53,12 @@ from inorder.engine.timers import TimerQueue, is_live
 from inorder.engine.violations import ROW_SCHEMA, DeadLetter, ViolationEvent
 from inorder.errors import InorderError
 from inorder.integrity import Integrity
-from inorder.processor import Processor, Violation
+from inorder.processor import Duplicate, Processor, Violation
 from inorder.records import RecordTuple
 from inorder.state.entry import KeyEntry, PartitionMeta, StateView
 
 #: A record followed by its partition's watermark (external-watermark mode).
 WatermarkedRecord = tuple[int, bytes | None, bytes | None, int | None, Any, int | None]
-
-
-def _no_problem(rows: list[Any]) -> str | None:
-    return None
-
-
-def _row_checker(processor: Processor[Any, Any, Any]) -> Callable[[list[Any]], str | None]:
-    """The output schema's exact-fit check for the rows ``processor`` yields."""
-    from inorder.processor import processor_types
-    from inorder.schema import row_encoder
-
-    try:
-        return row_encoder(processor_types(processor).out).row_problem
-    except Exception:  # no usable output type: the backend's check names the problem
-        return _no_problem
 
 
 _ABSENT: Any = object()  # loaded from the view and found missing: nothing to write back
@@ -131,7 +118,7 @@ class OrderedApplier(ApplyResults):
         # element (computed upstream over the whole partition, for key-group tasks).
         self._external_wm = external_watermark
         self._defer: list[tuple[int, str]] | None = None
-        self._row_problem = _row_checker(processor)
+        self._row_problem = row_checker(processor)
 
         self.entries: dict[str, Any] = {}
 
@@ -245,8 +232,9 @@ class OrderedApplier(ApplyResults):
         value: bytes | None,
         ts_us: int | None,
         kafka_key: bytes | None = None,
+        policy: str | None = None,
     ) -> None:
-        policy = self._policy
+        policy = policy or self._policy
         event = ViolationEvent(self.topic, self.partition, offset, key, rule, detail, policy)
         self._record_event(event)
         if policy == "fail":
@@ -429,10 +417,16 @@ class OrderedApplier(ApplyResults):
                 problem = self._row_problem(rows)
                 if problem is not None:
                     raise Violation(ROW_SCHEMA, problem)
-        except Violation as violation:
+        except Duplicate:
             if snapshot is not None:
                 entry.state = snapshot
-            self._violation(violation.rule, violation.detail, key, offset, value, ts_us, kafka_key)
+            self.counters["duplicates"] += 1
+            return
+        except Violation as v:
+            if snapshot is not None:
+                entry.state = snapshot
+            policy = "fail" if v.fatal else None  # a fatal rule is never set aside
+            self._violation(v.rule, v.detail, key, offset, value, ts_us, kafka_key, policy)
             return
         self._emit(rows, offset)
         entry.last_offset = offset

@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from inorder.engine.violations import PROCESSOR_ERROR, DeadLetter, ViolationEvent
+
+if TYPE_CHECKING:
+    from inorder.processor import Processor
+
+
+def _no_problem(rows: list[Any]) -> str | None:
+    return None
+
+
+def row_checker(processor: Processor[Any, Any, Any]) -> Callable[[list[Any]], str | None]:
+    """The output schema's exact-fit check for the rows ``processor`` yields."""
+    from inorder.processor import processor_types
+    from inorder.schema import row_encoder
+
+    try:
+        return row_encoder(processor_types(processor).out).row_problem
+    except Exception:  # no usable output type: the backend's check names the problem
+        return _no_problem
 
 
 class ApplyResults:
@@ -28,7 +47,13 @@ class ApplyResults:
         self.violations: list[ViolationEvent] = []
         self.dead_letters: list[DeadLetter] = []
         self.violation_counts: dict[str, int] = {}
-        self.counters: dict[str, int] = {"records": 0, "replayed": 0, "ignored": 0, "timeouts": 0}
+        self.counters: dict[str, int] = {
+            "records": 0,
+            "replayed": 0,
+            "ignored": 0,
+            "duplicates": 0,
+            "timeouts": 0,
+        }
         self.failed: ViolationEvent | None = None
         self.first_offset: int | None = None
 

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from inorder.codecs.base import Codec
 from inorder.engine.reference import raise_failure
+from inorder.engine.rejections import check_rejections
 from inorder.engine.results import RESULT_DDL, TaskResult, result_of
 from inorder.engine.task import INPUT_EXPRS, TaskSpec, run_task
 from inorder.engine.violations import ViolationEvent
@@ -74,6 +75,10 @@ class BatchReport:
     state_keys: int = 0
     replayed: int = 0
     dead_letters: int = 0
+    #: Records skipped as a source's redelivery (:class:`~inorder.processor.Duplicate`).
+    duplicates: int = 0
+    #: Records of keys reset under ``restart_session``, skipped until a new session.
+    ignored: int = 0
     timeouts: int = 0
     violations_by_rule: dict[str, int] = field(default_factory=dict)
     violations_by_partition: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -279,6 +284,7 @@ class PartitionBackend:
         failures = [r.failed for r in results if r.failed is not None]
         if failures:
             raise_failure(failures)
+        check_rejections(batch_id, results, self.integrity)
         report = summarize(batch_id, results)
         files = [f for r in results for f in r.written_files()]
         dl_files = [f for r in results for f in r.written_dead_letter_files()]
@@ -338,6 +344,8 @@ def summarize(batch_id: int, results: list[TaskResult]) -> BatchReport:
         report.state_keys += r.state_keys
         report.replayed += counters.get("replayed", 0)
         report.dead_letters += counters.get("dead_letters", 0)
+        report.duplicates += counters.get("duplicates", 0)
+        report.ignored += counters.get("ignored", 0)
         report.timeouts += counters.get("timeouts", 0)
         report.last_offsets[name] = r.last_offset
         if counts:

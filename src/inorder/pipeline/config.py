@@ -7,6 +7,7 @@ and key (with a did-you-mean for unknown keys), before Spark or Kafka are touche
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import importlib
 import sys
@@ -17,7 +18,8 @@ from typing import Any
 
 from inorder.durations import parse_duration
 from inorder.errors import ConfigError
-from inorder.integrity import POLICIES, Integrity
+from inorder.integrity import POLICIES, REJECT_LIMIT, Integrity
+from inorder.pipeline.config_outputs import check_outputs
 from inorder.pipeline.settings import SECTIONS
 from inorder.processor import Processor
 
@@ -136,98 +138,9 @@ def _check_values(config: Config, origin: str) -> None:
             f"{', '.join(POLICIES)}"
             f"{_did_you_mean(integrity['on_violation'], list(POLICIES))}"
         )
-    if config["sink"]["type"] not in ("parquet", "delta", "iceberg"):
-        raise ConfigError(f"{origin}: sink.type must be 'parquet', 'delta' or 'iceberg'")
-    if config["sink"]["type"] == "iceberg":
-        _check_iceberg_sink(config, origin)
-    if config["sink"]["target_file_size"] <= 0:
-        raise ConfigError(f"{origin}: sink.target_file_size must be > 0")
-    _check_materialized(config, origin)
-    _check_tables(config, origin)
-
-
-def _check_tables(config: Config, origin: str) -> None:
-    spec = config["tables"]
-    if spec["end"] not in ("keep", "drop"):
-        raise ConfigError(f"{origin}: tables.end must be 'keep' or 'drop', not {spec['end']!r}")
-    paths = [p.rstrip("/") for p in (spec["current"], spec["history"]) if p]
-    kind = config["processor"]["type"]
-    # A "module:Class" processor may still be session tables: checked when it is built.
-    if paths and kind != "sessions" and ":" not in kind:
-        raise ConfigError(
-            f"{origin}: [tables] needs the session-table processor (processor.type = 'sessions')"
-        )
-    if spec["format"] == "iceberg":
-        _check_iceberg_tables(config, paths, origin)
-        return
-    if spec["format"] != "delta":
-        raise ConfigError(
-            f"{origin}: tables.format must be 'delta' or 'iceberg', not {spec['format']!r}"
-        )
-    if spec["warehouse"] or spec["catalog"] or spec["catalog_file"]:
-        raise ConfigError(
-            f"{origin}: tables.warehouse, tables.catalog and tables.catalog_file need "
-            "tables.format = 'iceberg'"
-        )
-    if config["sink"]["path"].rstrip("/") in paths or len(set(paths)) < len(paths):
-        raise ConfigError(f"{origin}: tables.current, tables.history and sink.path must differ")
-
-
-def _check_iceberg_tables(config: Config, names: list[str], origin: str) -> None:
-    spec, sink = config["tables"], config["sink"]
-    for name in names:
-        if name.count(".") < 1 or not all(name.split(".")):
-            raise ConfigError(
-                f"{origin}: tables: Iceberg table {name!r} must be named 'namespace.name'"
-            )
-    change_log = [sink["table"]] if sink["type"] == "iceberg" else []
-    if len(set(names + change_log)) < len(names) + len(change_log):
-        raise ConfigError(f"{origin}: tables.current, tables.history and sink.table must differ")
-    shared = sink["type"] == "iceberg" and not spec["warehouse"] and not spec["catalog"]
-    if names and not shared and not (spec["warehouse"] or spec["catalog"].get("warehouse")):
-        raise ConfigError(
-            f"{origin}: tables.warehouse is required: Iceberg tables need a warehouse "
-            "(or catalog.warehouse; with an Iceberg sink they share its catalog by default)"
-        )
-
-
-def _check_iceberg_sink(config: Config, origin: str) -> None:
-    sink = config["sink"]
-    if not sink["table"]:
-        raise ConfigError(f"{origin}: sink.table is required with sink.type = 'iceberg'")
-    # Other outputs take sink.type by default; a second Iceberg output at another path would
-    # still name the same table.
-    if config["dead_letter"]["path"]:
-        raise ConfigError(
-            f"{origin}: dead_letter.path does not apply to an Iceberg sink (dead letters go to "
-            f"the table {sink['table']}_dead_letter); remove it"
-        )
-    if config["materialized"]["path"] and config["materialized"]["type"] in ("", "iceberg"):
-        raise ConfigError(
-            f"{origin}: materialized.type must be 'parquet' or 'delta' with an Iceberg sink"
-        )
-
-
-def _check_materialized(config: Config, origin: str) -> None:
-    spec = config["materialized"]
-    if spec["type"] and spec["type"] not in ("parquet", "delta"):
-        raise ConfigError(f"{origin}: materialized.type must be 'parquet' or 'delta'")
-    if spec["every"] < 0 or (spec["path"] and spec["every"] == 0):
-        raise ConfigError(
-            f"{origin}: materialized.every must be an integer >= 1 (batches between full "
-            "materializations)"
-        )
-    if spec["every"] and not spec["path"]:
-        raise ConfigError(f"{origin}: materialized.every is set but materialized.path is not")
-    kind = config["processor"]["type"]
-    # A "module:Class" processor may still be session tables: checked when it is built.
-    if spec["path"] and kind != "sessions" and ":" not in kind:
-        raise ConfigError(
-            f"{origin}: [materialized] needs the session-table processor "
-            "(processor.type = 'sessions')"
-        )
-    if spec["path"] and spec["path"].rstrip("/") == config["sink"]["path"].rstrip("/"):
-        raise ConfigError(f"{origin}: materialized.path must differ from sink.path")
+    if not 0 < integrity["reject_limit"] <= 1:
+        raise ConfigError(f"{origin}: integrity.reject_limit must be above 0 and at most 1")
+    check_outputs(config, origin)
 
 
 def import_reference(reference: str, what: str) -> Any:
@@ -308,15 +221,14 @@ def _make_codec(config: Config, processor: Any) -> Any:
 
 def _make_integrity(config: Config, processor: Processor[Any, Any, Any]) -> Integrity | None:
     spec = config["integrity"]
-    if not spec["tier"] and not spec["on_violation"] and not spec["sequence_field"]:
+    given = {k: spec[k] for k in ("tier", "on_violation", "sequence_field") if spec[k]}
+    if float(spec["reject_limit"]) != REJECT_LIMIT:
+        given["reject_limit"] = float(spec["reject_limit"])
+    if not given:
         return None
-    base = processor.default_integrity() or Integrity.strict()
-    return Integrity(
-        tier=spec["tier"] or base.tier,
-        on_violation=spec["on_violation"] or base.on_violation,
-        sequence_field=spec["sequence_field"] or base.sequence_field,
-        lateness=parse_duration(spec["lateness"]) if spec["lateness"] else base.lateness,
-    )
+    if spec["lateness"]:
+        given["lateness"] = parse_duration(spec["lateness"])
+    return dataclasses.replace(processor.default_integrity() or Integrity.strict(), **given)
 
 
 def _make_sink(spec: Mapping[str, Any]) -> Any:
@@ -444,6 +356,7 @@ def build_pipeline(config: Config) -> Any:
         materialize_every=spec["every"] or None,
         tables=tables,
         lease_duration=parse_duration(lease) if (lease := pipeline["lease_duration"]) else None,
+        set_aside_exit_code=pipeline["set_aside_exit_code"],
     )
 
 

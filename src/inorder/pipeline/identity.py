@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -69,6 +70,8 @@ class PipelineIdentity:
     output: str
     output_schema: str
     """The output rows' Arrow schema, as base64 IPC (see :func:`schema_text`)."""
+    processor_options: str = ""
+    """The processor's options that change its output (``identity_options``), as JSON."""
 
     @classmethod
     def of(cls, pipeline: Any, output_schema: pa.Schema) -> PipelineIdentity:
@@ -80,6 +83,7 @@ class PipelineIdentity:
             subscription=_subscription_of(pipeline.source),
             output=_output_of(pipeline.sink),
             output_schema=schema_text(output_schema),
+            processor_options=_options_text(pipeline.processor),
         )
 
     @classmethod
@@ -99,11 +103,18 @@ class PipelineIdentity:
             ("processor", "processor"),
             ("source subscription", "subscription"),
             ("output", "output"),
+            ("processor options", "processor_options"),
         ):
             old, new = getattr(recorded, name), getattr(self, name)
             if old and old != new:
                 lines.append(f"{label}: checkpoint has {old!r}, this run has {new!r}")
         return lines
+
+
+def _options_text(processor: Any) -> str:
+    # Checkpoints written before options were recorded hold "": not compared, then recorded.
+    options = processor.identity_options()
+    return json.dumps(options, sort_keys=True) if options else ""
 
 
 def schema_text(schema: pa.Schema) -> str:

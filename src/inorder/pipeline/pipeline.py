@@ -76,6 +76,9 @@ class Pipeline(Generic[Msg, State, Out]):
     tables: TableOutputs | None = None
     #: How long the driver's hold on the checkpoint lasts without renewal (default 30 s).
     lease_duration: timedelta | None = None
+    #: ``inorder run``'s exit code when the policy set data aside (dead-lettered, reset or
+    #: ignored records) in a run that otherwise ended normally; 0 to treat that as success.
+    set_aside_exit_code: int = 3
 
     def __post_init__(self) -> None:
         if not isinstance(self.processor, Processor):

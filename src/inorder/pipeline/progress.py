@@ -31,6 +31,16 @@ class BatchProgress:
     seconds: dict[str, float] = field(default_factory=dict)
     #: How the tasks found their topic-partitions' state caches (see ``BatchReport``).
     state_opens: dict[str, int] = field(default_factory=dict)
+    #: Records set aside by the policy: dead-lettered, and skipped as a reset key's.
+    dead_letters: int = 0
+    ignored: int = 0
+    #: Records skipped as a source's redelivery: handled exactly, not set aside.
+    duplicates: int = 0
+
+
+#: ``inorder run``'s exit code when the run ended normally but its policy set data aside
+#: (``[pipeline] set_aside_exit_code`` changes it; 1 is an error, 2 a setting, 130 Ctrl-C).
+SET_ASIDE_EXIT_CODE = 3
 
 
 @dataclass(slots=True)
@@ -47,6 +57,12 @@ class RunSummary:
     stopped_because: str = ""
     seconds: float = 0.0
     output: str = ""
+    dead_letters: int = 0
+    ignored: int = 0
+    duplicates: int = 0
+    #: The violation policy the run applied, and where its dead letters go (if anywhere).
+    policy: str = ""
+    dead_letter_output: str = ""
 
     def add(self, batch: BatchProgress) -> None:
         """Account for one finished batch."""
@@ -55,12 +71,37 @@ class RunSummary:
         self.output_rows += batch.output_rows
         self.output_files += batch.output_files
         self.last_batch_id = batch.batch_id
+        self.dead_letters += batch.dead_letters
+        self.ignored += batch.ignored
+        self.duplicates += batch.duplicates
         for rule, count in batch.violations.items():
             self.violations[rule] = self.violations.get(rule, 0) + count
         for partition, counts in batch.violations_by_partition.items():
             mine = self.violations_by_partition.setdefault(partition, {})
             for rule, count in counts.items():
                 mine[rule] = mine.get(rule, 0) + count
+
+    @property
+    def set_aside(self) -> bool:
+        """Whether the policy set any data aside: dead-lettered, reset or ignored records.
+
+        A run that did exits with :data:`SET_ASIDE_EXIT_CODE` from ``inorder run`` (unless
+        the pipeline says otherwise), so a scheduler never sees it as a clean run.
+        """
+        return bool(self.dead_letters or self.ignored or self.violations)
+
+    def set_aside_text(self) -> str:
+        """One line saying what the policy set aside and where, or ``""`` if nothing."""
+        if not self.set_aside:
+            return ""
+        events = sum(self.violations.values())
+        parts = [f"{events:,} integrity event(s) under on_violation = {self.policy!r}"]
+        if self.dead_letters:
+            where = f" in {self.dead_letter_output}" if self.dead_letter_output else ""
+            parts.append(f"{self.dead_letters:,} record(s) dead-lettered{where}")
+        if self.policy == "restart_session":
+            parts.append(f"{self.ignored:,} later record(s) of reset sessions ignored")
+        return "set aside: " + "; ".join(parts)
 
 
 @dataclass
@@ -122,6 +163,10 @@ def format_batch(p: BatchProgress) -> str:
         f"files {p.output_files:>3}  violations {_violations_text(p.violations)}  "
         f"({p.duration_seconds:.2f} s)"
     )
+    if p.duplicates:
+        line += f"  duplicates {p.duplicates:,}"
+    if p.ignored:
+        line += f"  ignored {p.ignored:,}"
     if p.violations_by_partition:
         line += f"  [{_by_partition_text(p.violations_by_partition)}]"
     return line
@@ -136,6 +181,10 @@ def format_summary(s: RunSummary) -> str:
         f"output rows: {s.output_rows:,} in {s.output_files:,} files",
         f"integrity events: {_violations_text(s.violations)}",
     ]
+    if s.duplicates:
+        lines.append(f"duplicates skipped (a source's redelivery): {s.duplicates:,}")
+    if s.set_aside:
+        lines.append(s.set_aside_text())
     if s.violations_by_partition:
         by_partition = _by_partition_text(s.violations_by_partition)
         lines.append(f"integrity events by partition: {by_partition}")
@@ -237,7 +286,7 @@ class JsonReporter:
 
     def summary(self, summary: RunSummary) -> None:
         """Emit the summary event."""
-        self._emit("summary", asdict(summary))
+        self._emit("summary", {**asdict(summary), "set_aside": summary.set_aside})
 
 
 class QuietReporter:

@@ -77,6 +77,13 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             "Version of the job, written to a `job_version` column of every output row "
             "(empty: no such column).",
         ),
+        "set_aside_exit_code": Setting(
+            int,
+            3,
+            "Exit code of `inorder run` when the run ended normally but its integrity policy "
+            "set data aside (dead-lettered, reset or ignored records); 0 treats that as "
+            "success.",
+        ),
         "lease_duration": Setting(
             str,
             "30 seconds",
@@ -234,6 +241,13 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             "type (checked at start).",
         ),
         "lateness": Setting(str, "0 seconds", "Allowed event-time lateness (fuzzy tier)."),
+        "reject_limit": Setting(
+            (float, int),
+            0.5,
+            "Under dead_letter or restart_session, a batch in which more than this share of "
+            "the records were rejected (at least 100) stops before it commits, naming the "
+            "likely wrong setting (row_key, codec, envelope); 1 turns the check off.",
+        ),
     },
     "sink": {
         "type": Setting(str, "parquet", '"parquet", "delta" or "iceberg".'),

@@ -59,6 +59,9 @@ def batch_progress(batch_id: int, report: Any, progress: dict[str, Any]) -> Batc
         },
         seconds=_seconds(report, progress),
         state_opens=dict(getattr(report, "state_opens", {}) or {}),
+        dead_letters=int(getattr(report, "dead_letters", 0)),
+        ignored=int(getattr(report, "ignored", 0)),
+        duplicates=int(getattr(report, "duplicates", 0)),
     )
 
 

@@ -20,7 +20,9 @@ The session is the table (``source`` db, schema and table joined by ``.``; the f
 configurable) or the Kafka key. ``source.snapshot`` ``"last"`` /
 ``"last_in_data_collection"`` ends a snapshot run. The source's order is kept as a position
 for streamed events: PostgreSQL's ``source.sequence`` (last committed LSN, LSN), MySQL's
-binlog ``(file, pos)``.
+binlog ``(file, pos, row)``. An event at or below its session's last position is a
+redelivery (Debezium is at-least-once), skipped as a duplicate (see
+:mod:`inorder.sessions.envelope_apply`).
 
 Pitfall: PostgreSQL's bare ``source.lsn`` and every ``ts_ms`` may go back between transactions
 (changes are delivered in commit order, not in the order they were written; clocks move), so
@@ -52,6 +54,7 @@ class _Source(msgspec.Struct, gc=False):
     sequence: str | None = None
     file: str | None = None
     pos: int | None = None
+    row: int | None = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -256,7 +259,8 @@ def _position(source: _Source | None) -> tuple[int | str, ...] | None:
                 return None
         return None
     if source.file is not None and source.pos is not None:  # MySQL binlog
-        return (source.file, source.pos)
+        # One binlog event may change several rows: ``row`` numbers them within it.
+        return (source.file, source.pos, source.row or 0)
     return None
 
 

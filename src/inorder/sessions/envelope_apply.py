@@ -12,15 +12,24 @@ without any snapshot is translated here, with the session's state at hand:
 * ``upsert`` becomes an update of an existing row, an insert otherwise;
 * with ``require_snapshot=False`` a session's first message starts it with an empty table
   (a ``clear`` change row first, so a rebuilt table never keeps rows of an earlier session);
-* ``position`` (the source's own order, e.g. a binlog file and position) must not go back:
-  otherwise the ``source_order`` rule is broken.
+* ``position`` (the source's own order, e.g. a binlog file and position) must not go back.
+  An event at or below the session's last applied position is the source delivering it
+  again (Debezium is at-least-once): when the session's last :data:`REDELIVERY_WINDOW`
+  positions hold it with the same content it is a :class:`~inorder.processor.Duplicate`,
+  skipped and counted; a *different* event at an applied position, or at a position inside
+  that window that was never applied, breaks the ``source_order`` rule. A redelivery older
+  than the window is skipped as a duplicate without its content compared (there is nothing
+  left to compare it with).
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import TYPE_CHECKING, Any
 
-from inorder.processor import Violation
+import msgspec
+
+from inorder.processor import Duplicate, Violation
 from inorder.sessions.messages import (
     Change,
     Delete,
@@ -38,6 +47,12 @@ if TYPE_CHECKING:
 #: Operations after which the session's table is whole again (a violation may restart on them).
 STARTING_OPS = frozenset({"snapshot", "read"})
 
+#: How many of a session's last applied source positions are kept, with a digest of each
+#: event, to tell a redelivered event from a different one at an old position.
+REDELIVERY_WINDOW = 1000
+
+_canonical = msgspec.json.Encoder(order="deterministic").encode
+
 
 def translate(
     state: EnvelopeState, change: Change, row_key: str, require_snapshot: bool
@@ -49,9 +64,6 @@ def translate(
     op = change.op
     if op == "skip":
         return []
-    position = change.position
-    if position is not None:
-        _check_position(state, change, position)
     session = change.session
     started = state.started
     if op == "snapshot":
@@ -85,29 +97,57 @@ def translate(
     return out
 
 
-def settle(state: EnvelopeState, change: Change) -> None:
-    """Record what ``change`` leaves behind once applied: a snapshot run, the last position."""
+def settle(state: EnvelopeState, change: Change, digest: int | None = None) -> None:
+    """Record what ``change`` leaves behind once applied: a snapshot run, the last position
+    (with ``digest``, from :func:`check_position`, among the session's recent ones)."""
     if change.op == "skip":
         return
     state.reading = change.op == "read" and not change.snapshot_last and state.started
     if change.position is not None:
-        state.position = list(change.position)
+        state.position = here = list(change.position)
+        if digest is not None:
+            recent = state.recent
+            recent.append([digest, *here])
+            if len(recent) > REDELIVERY_WINDOW:
+                del recent[: len(recent) - REDELIVERY_WINDOW]
 
 
-def _check_position(state: EnvelopeState, change: Change, position: tuple[Any, ...]) -> None:
+def check_position(state: EnvelopeState, change: Change) -> int | None:
+    """The digest to keep for ``change``'s position (None without one), after checking it.
+
+    Raises :class:`~inorder.processor.Duplicate` for a redelivered event and
+    :class:`Violation` (``source_order``) for an older position that is not one.
+    """
+    position = change.position
+    if position is None or change.op == "skip":
+        return None
+    digest = zlib.crc32(_canonical((change.op, change.row_id, change.row, change.rows)))
     last = state.position
     if last is None:
-        return
+        return digest
+    here = list(position)
     try:
-        back = list(position) < last
+        again = here <= last
     except TypeError:  # positions of another shape (a source changed): nothing to compare
-        return
-    if back:
-        raise Violation(
-            "source_order",
-            f"session {change.session!r}: {change.op} at source position "
-            f"{list(position)} after {last}",
-        )
+        return digest
+    if not again:
+        return digest
+    where = f"session {change.session!r}: {change.op} at source position {here}"
+    recent = state.recent
+    for entry in reversed(recent):
+        if entry[1:] == here:
+            if entry[0] == digest:
+                raise Duplicate(f"{where}: applied before (the source delivered it again)")
+            raise Violation(
+                "source_order", f"{where}: a different event was applied at this position"
+            )
+    try:
+        inside = bool(recent) and here > recent[0][1:]
+    except TypeError:
+        inside = False
+    if inside or (not recent and here != last):
+        raise Violation("source_order", f"{where} after {last}: never applied, and older")
+    raise Duplicate(f"{where}: older than the last {len(recent)} positions kept, skipped")
 
 
 def _seq(change: Change, default: int) -> int:
@@ -129,4 +169,4 @@ def _delete_id(change: Change) -> str | int:
     return rid
 
 
-__all__ = ["STARTING_OPS", "settle", "translate"]
+__all__ = ["REDELIVERY_WINDOW", "STARTING_OPS", "check_position", "settle", "translate"]

@@ -33,7 +33,7 @@ from inorder.durations import parse_duration
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.processor import Context, Processor, Violation
-from inorder.sessions.envelope_apply import STARTING_OPS, settle, translate
+from inorder.sessions.envelope_apply import STARTING_OPS, check_position, settle, translate
 from inorder.sessions.envelopes import Envelope, envelope_from_options
 from inorder.sessions.messages import (
     DEFAULT_ROW_KEY,
@@ -48,6 +48,7 @@ from inorder.sessions.messages import (
     Update,
     row_id_of,
 )
+from inorder.sessions.rules import delete_id, existing, missing, tag
 from inorder.sessions.typed_rows import (
     import_reference,
     row_fields,
@@ -56,6 +57,9 @@ from inorder.sessions.typed_rows import (
 
 #: Change-row operations (the ``op`` column).
 OPS = ("insert", "update", "delete", "clear", "reset", "end")
+
+#: The rule a typed row with fields its ``row_type`` lacks breaks: the run always stops.
+SCHEMA_DRIFT = "schema_drift"
 
 #: ``seq`` of a ``reset`` row: a reset is not a producer message (its ``offset`` names the
 #: record that broke the rule, or that could not be decoded).
@@ -92,6 +96,9 @@ class EnvelopeState(SessionState):
 
     reading: bool = False
     position: list[int | str] | None = None
+    #: The last applied source positions, each as ``[digest of the event, *position]``
+    #: (oldest first, at most ``REDELIVERY_WINDOW``): to recognise a redelivery.
+    recent: list[list[int | str]] = []
 
 
 class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
@@ -175,10 +182,42 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
 
     # -- defaults the pipeline asks for ------------------------------------------------------
 
-    @classmethod
-    def default_integrity(cls) -> Integrity:
-        """Strict order; a violation resets the session until its next snapshot."""
+    def default_integrity(self) -> Integrity:
+        """Strict order; a violation resets the session until its next snapshot.
+
+        Debezium input stops at a violation instead (``fail``): Debezium sends no new
+        snapshot of a table by itself, so a reset table would ignore every later change.
+        """
+        if self._never_resnapshots():
+            return Integrity.strict(on_violation="fail")
         return Integrity.strict(on_violation="restart_session")
+
+    def check_integrity(self, integrity: Integrity) -> None:
+        """Refuse ``restart_session`` for input that never sends a new snapshot by itself."""
+        if integrity.on_violation == "restart_session" and self._never_resnapshots():
+            raise ConfigError(
+                "integrity.on_violation = 'restart_session': Debezium sends no new snapshot "
+                "of a table by itself, so a session reset by a violation would ignore every "
+                "later change of its table; use 'fail' (the default for Debezium: stop before "
+                "committing the event) or 'dead_letter' (set the event aside, the table stays "
+                "consistent, the run exits with code 3)"
+            )
+
+    def _never_resnapshots(self) -> bool:
+        from inorder.sessions.debezium import Debezium
+
+        return isinstance(self.envelope, Debezium)
+
+    def identity_options(self) -> dict[str, str]:
+        """``row_key``, ``row_type`` and the envelope: each changes how records read."""
+        row_type = self.row_type
+        return {
+            "row_key": self.row_key,
+            "row_type": ""
+            if row_type is None
+            else f"{row_type.__module__}:{row_type.__qualname__}",
+            "envelope": "" if self.envelope is None else repr(self.envelope),
+        }
 
     def default_codec(self) -> Codec[Any]:
         """The codec of this processor's envelope (the JSON contract's by default)."""
@@ -243,11 +282,11 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
             rows = state.rows
             if kind is Update:
                 if rid not in rows:
-                    raise _missing("update_missing_row", msg, rid)
+                    raise missing("update_missing_row", msg, rid)
                 op = "update"
             else:
                 if rid in rows:
-                    raise _existing(msg, rid)
+                    raise existing(msg, rid)
                 op = "insert"
             text = self._encode(row).decode()
             rows[rid] = text
@@ -264,7 +303,7 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
                 if type(rid) is not str:
                     rid = self._row_id(msg, row)
                 if rid in new_rows:
-                    raise _existing(msg, rid)
+                    raise existing(msg, rid)
                 new_rows[rid] = encode(row).decode()
             state.rows = new_rows
             state.seq = seq = msg.seq
@@ -283,10 +322,10 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         if kind is End:
             return self._end(state, msg, ctx)
         if isinstance(msg, Delete):
-            rid = _delete_id(msg)
+            rid = delete_id(msg)
             rows = state.rows
             if rid not in rows:
-                raise _missing("delete_missing_row", msg, rid)
+                raise missing("delete_missing_row", msg, rid)
             del rows[rid]
             state.seq = msg.seq
             if self.inactivity_timeout is not None:
@@ -298,13 +337,14 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         """An envelope's operation, as the contract messages it stands for."""
         envelope = self.envelope
         require = envelope.require_snapshot if envelope is not None else True
+        digest = check_position(state, change)  # type: ignore[arg-type]
         messages = translate(state, change, self.row_key, require)  # type: ignore[arg-type]
         if not messages and not state.started:
             ctx.reset_session()  # a skipped record must not leave an empty session behind
         out: list[Any] = []
         for msg in messages:
             out += self.process(state, msg, ctx)
-        settle(state, change)  # type: ignore[arg-type]
+        settle(state, change, digest)  # type: ignore[arg-type]
         return out
 
     def _sequence_violation(self, state: SessionState, msg: SessionMessage) -> Violation:
@@ -312,7 +352,7 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         if not state.started:
             return Violation(
                 "before_snapshot",
-                f"session {msg.session!r}: {_tag(msg)} seq {msg.seq} before any snapshot",
+                f"session {msg.session!r}: {tag(msg)} seq {msg.seq} before any snapshot",
             )
         expected = state.seq + 1
         detail = f"session {msg.session!r}: seq {msg.seq} after {state.seq} (expected {expected})"
@@ -325,7 +365,7 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         if rid is None:
             raise Violation(
                 "row_schema",
-                f"session {msg.session!r}: {_tag(msg)} seq {msg.seq}: row has no string or "
+                f"session {msg.session!r}: {tag(msg)} seq {msg.seq}: row has no string or "
                 f"integer {self.row_key!r} field",
             )
         return rid
@@ -344,12 +384,17 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         if type(rid) is not str:
             rid = self._row_id(msg, row)
         if not row.keys() <= self._allowed:
-            unknown = row.keys() - self._allowed
+            # The source's schema changed: every later row has the new field too, so setting
+            # this one aside (or resetting its session) would drop the rest of the table.
+            unknown = ", ".join(sorted(row.keys() - self._allowed))
+            name = self.row_type.__qualname__  # type: ignore[union-attr]
             raise Violation(
-                "row_schema",
-                f"session {msg.session!r}: {_tag(msg)} seq {msg.seq}: row {rid!r} has "
-                f"field(s) not in {self.row_type.__qualname__}: "  # type: ignore[union-attr]
-                f"{', '.join(sorted(unknown))}",
+                SCHEMA_DRIFT,
+                f"session {msg.session!r}: {tag(msg)} seq {msg.seq}: row {rid!r} has "
+                f"field(s) not in row_type {name}: {unknown}; the source's schema changed: "
+                f"add them to {name} (optional fields with a default are a compatible change) "
+                "and run again; nothing from this record on was committed",
+                fatal=True,
             )
         data = self._encode(row)
         try:
@@ -358,7 +403,7 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         except msgspec.ValidationError as exc:
             raise Violation(
                 "row_schema",
-                f"session {msg.session!r}: {_tag(msg)} seq {msg.seq}: row {rid!r} does not "
+                f"session {msg.session!r}: {tag(msg)} seq {msg.seq}: row {rid!r} does not "
                 f"fit {self.row_type.__qualname__}: {exc}",  # type: ignore[union-attr]
             ) from None
         return rid, data.decode(), value
@@ -385,19 +430,19 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         if kind is Update or kind is Insert:
             rid, text, value = self._typed(msg, msg.row)  # type: ignore[union-attr]
             if kind is Update and rid not in rows:
-                raise _missing("update_missing_row", msg, rid)
+                raise missing("update_missing_row", msg, rid)
             if kind is Insert and rid in rows:
-                raise _existing(msg, rid)
+                raise existing(msg, rid)
             rows[rid] = text
             state.seq = msg.seq
-            return [self._typed_change(ctx, msg, _tag(msg), rid, value)]
+            return [self._typed_change(ctx, msg, tag(msg), rid, value)]
         if kind is Snapshot:
             new_rows: dict[str, str] = {}
             values = []
             for row in msg.rows:  # type: ignore[union-attr]
                 rid, text, value = self._typed(msg, row)
                 if rid in new_rows:
-                    raise _existing(msg, rid)
+                    raise existing(msg, rid)
                 new_rows[rid] = text
                 values.append((rid, value))
             state.rows = new_rows
@@ -409,9 +454,9 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         if kind is End:
             return self._end(state, msg, ctx)
         if isinstance(msg, Delete):
-            rid = _delete_id(msg)
+            rid = delete_id(msg)
             if rid not in rows:
-                raise _missing("delete_missing_row", msg, rid)
+                raise missing("delete_missing_row", msg, rid)
             del rows[rid]
             state.seq = msg.seq
             return [self.out_type(ctx.timestamp, msg.session, msg.seq, "delete", rid)]
@@ -425,31 +470,10 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         return {rid: decode(text) for rid, text in state.rows.items()}
 
 
-def _tag(msg: SessionMessage) -> str:
-    tag: str = msg.__struct_config__.tag  # type: ignore[assignment]
-    return tag
-
-
-def _delete_id(msg: Delete) -> str:
-    rid = msg.id
-    return rid if type(rid) is str else str(rid)
-
-
-def _missing(rule: str, msg: SessionMessage, rid: str) -> Violation:
-    return Violation(rule, f"session {msg.session!r}: {_tag(msg)} seq {msg.seq}: no row {rid!r}")
-
-
-def _existing(msg: SessionMessage, rid: str) -> Violation:
-    where = "listed twice in the snapshot" if type(msg) is Snapshot else "already present"
-    return Violation(
-        "insert_existing_row",
-        f"session {msg.session!r}: {_tag(msg)} seq {msg.seq}: row {rid!r} {where}",
-    )
-
-
 __all__ = [
     "OPS",
     "RESET_SEQ",
+    "SCHEMA_DRIFT",
     "SessionChange",
     "SessionState",
     "SessionTables",
