@@ -263,7 +263,11 @@ class PipelineRunner:
         # What `inorder repair` left in the checkpoint: batch id offset, starting offsets.
         self.pipeline = resume_overrides(self.pipeline, self.checkpoint)
         p = self.pipeline
-        summary = RunSummary(output=p.sink.describe())
+        summary = RunSummary(
+            output=p.sink.describe(),
+            policy=p.resolved_integrity().on_violation,
+            dead_letter_output=p.dead_letter.describe() if p.dead_letter is not None else "",
+        )
         if p.dead_letter is None and p.dead_letters_possible():
             raise ConfigError(
                 f"the dead_letter policy needs a place for dead letters, and {p.sink.describe()} "
