@@ -41,7 +41,7 @@ class Integrity:
     Offset gaps from transaction markers or compaction are not violations.
 
     Under ``dead_letter`` and ``restart_session``, a batch in which more than
-    ``reject_limit`` of the records were rejected (dead-lettered, reset or ignored) stops
+    ``reject_limit`` of the records broke rules (dead-lettered or reset) stops
     before it commits: a wrong setting, not the data, rejects that much.
     """
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from tests.property.procs import Tally
 
@@ -60,17 +62,25 @@ class Harness:
             return found, meta, store
 
 
+def files(work: Path) -> list[tuple[int, str]]:
+    """The state files of the test partition as (version, kind), each named by its attempt."""
+    names = sorted(p.name for p in (work / "ckpt/state/orders/3").iterdir())
+    assert all(re.fullmatch(r"\d{20}\.(delta|snapshot)\.[0-9a-f]{12}\.parquet", n) for n in names)
+    return [(int(n.split(".")[0]), n.split(".")[1]) for n in names]
+
+
 def test_versions_deltas_and_snapshot(tmp_path: Path) -> None:
     h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache")
     h.batch(0, {"a": entry(1), "b": entry(2)}, 10)
     h.batch(1, {"a": entry(3), "c": entry(4, timer=99)}, 20)
     h.batch(2, {"b": None}, 30)  # third delta: a snapshot too
     h.batch(3, {"d": entry(5)}, 40)
-    names = sorted(f.name for f in (tmp_path / "ckpt/state/orders/3").iterdir())
-    assert names == [
-        *(f"{v:020d}.delta.parquet" for v in range(3)),
-        f"{2:020d}.snapshot.parquet",
-        f"{3:020d}.delta.parquet",
+    assert files(tmp_path) == [
+        (0, "delta"),
+        (1, "delta"),
+        (2, "delta"),
+        (2, "snapshot"),
+        (3, "delta"),
     ]
     found, meta, store = h.state(4)
     assert store.stats.cache_hit
@@ -107,16 +117,33 @@ def test_rerun_of_a_batch_is_idempotent_and_ignores_its_stale_version(tmp_path: 
     h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache", interval=100)
     h.batch(0, {"a": entry(1)}, 1)
     h.batch(1, {"a": entry(2), "b": entry(7)}, 2)  # attempt 1 of batch 1 (never committed)
-    delta = tmp_path / "ckpt/state/orders/3" / f"{1:020d}.delta.parquet"
-    first = delta.read_bytes()
+    (first,) = (tmp_path / "ckpt/state/orders/3").glob(f"{1:020d}.delta.*.parquet")
+    content = pq.read_table(first)
     # Re-run of batch 1: must see version 0 (not its own stale version 1, nor the cache at 1).
     found, _, store = h.state(1)
     assert not store.stats.cache_hit
     assert found == {"a": (Tally(1, 10, [1]), 1, None)}
     h.batch(1, {"a": entry(2), "b": entry(7)}, 2)
-    assert delta.read_bytes() == first
+    (again,) = (tmp_path / "ckpt/state/orders/3").glob(f"{1:020d}.delta.*.parquet")
+    assert again != first and pq.read_table(again) == content  # its own attempt, same rows
     found, _, store = h.state(2)
     assert store.stats.cache_hit and set(found) == {"a", "b"}
+
+
+def test_a_cache_left_by_an_uncommitted_attempt_is_not_used_after_a_rerun(
+    tmp_path: Path,
+) -> None:
+    # Batch 1 runs in one worker's cache and its commit fails; the batch is re-run, with
+    # other settings, in another worker's cache and commits. The first cache claims version 1
+    # too, with the first attempt's content: batch 2 in that worker must not trust it.
+    first = Harness(str(tmp_path / "ckpt"), tmp_path / "cache-1", interval=100)
+    second = Harness(str(tmp_path / "ckpt"), tmp_path / "cache-2", interval=100)
+    first.batch(0, {"a": entry(1)}, 1)
+    first.batch(1, {"a": entry(2)}, 2)  # the attempt whose commit failed
+    second.batch(1, {"b": entry(9)}, 2)  # the re-run that committed
+    found, _, store = first.state(2)
+    assert not store.stats.cache_hit
+    assert found == {"a": (Tally(1, 10, [1]), 1, None), "b": (Tally(9, 90, [9]), 9, None)}
 
 
 def test_versions_of_uncommitted_later_batches_are_deleted(tmp_path: Path) -> None:
@@ -125,8 +152,7 @@ def test_versions_of_uncommitted_later_batches_are_deleted(tmp_path: Path) -> No
         h.batch(b, {"a": entry(b)}, b)
     found, _, _ = h.state(2)  # as if batches 2 and 3 never committed
     assert found["a"][0] == Tally(1, 10, [1])
-    names = sorted(p.name for p in (tmp_path / "ckpt/state/orders/3").iterdir())
-    assert names == [f"{v:020d}.delta.parquet" for v in range(3)]
+    assert files(tmp_path) == [(0, "delta"), (1, "delta")]  # this attempt writes its own 2
 
 
 def test_cache_of_another_epoch_is_not_trusted(tmp_path: Path) -> None:

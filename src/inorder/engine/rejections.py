@@ -37,8 +37,9 @@ SETTING_HINTS = {
 def check_rejections(batch_id: int, results: Sequence[TaskResult], integrity: Integrity) -> None:
     """Raise :class:`~inorder.errors.ConfigError` when the batch rejected too much.
 
-    Rejected records are those that broke a rule plus, under ``restart_session``, the later
-    records of reset keys that were ignored. ``fail`` stops at the first violation anyway.
+    Rejected records are those that broke a rule. The later records of keys reset under
+    ``restart_session`` are not counted: after a state loss (``inorder repair``) or a real
+    gap, many of them are ignored by design. ``fail`` stops at the first violation anyway.
     """
     if integrity.on_violation == "fail" or integrity.reject_limit >= 1.0:
         return
@@ -47,17 +48,15 @@ def check_rejections(batch_id: int, results: Sequence[TaskResult], integrity: In
     for r in results:
         for rule, count in r.violation_counts.items():
             by_rule[rule] = by_rule.get(rule, 0) + count
-    ignored = sum(r.counters.get("ignored", 0) for r in results)
-    rejected = sum(by_rule.values()) + ignored
+    rejected = sum(by_rule.values())
     if not by_rule or rejected < MIN_REJECTED or rejected <= integrity.reject_limit * records:
         return
     rule = max(by_rule, key=lambda name: by_rule[name])
     first = next((v for r in results for v in r.violations if v.rule == rule), None)
     example = f" (the first: {first.message()})" if first is not None else ""
-    later = f", {ignored:,} of them records of reset sessions" if ignored else ""
     hint = SETTING_HINTS.get(rule, "the processor's options and the codec")
     raise ConfigError(
-        f"batch {batch_id}: {rejected:,} of {records:,} records were rejected{later}, most "
+        f"batch {batch_id}: {rejected:,} of {records:,} records were rejected, most "
         f"for rule {rule!r} ({by_rule[rule]:,}){example}; data is rarely that broken, a "
         f"setting is: check {hint}. Nothing of this batch was committed: fix the setting "
         "and run again (the same records are read), or raise integrity.reject_limit "

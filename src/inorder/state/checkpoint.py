@@ -47,7 +47,8 @@ from inorder.storage.fs import (
     write_bytes,
 )
 
-_FILE = re.compile(r"^(-?\d{19,20})\.(delta|snapshot)\.parquet$")
+#: ``<version>.<kind>[.<attempt>].parquet``: files written before attempts were named have none.
+_FILE = re.compile(r"^(-?\d{19,20})\.(delta|snapshot)(?:\.([0-9a-f]{12}))?\.parquet$")
 _MERGED = re.compile(r"^upto-(\d{20})\.parquet$")
 #: Single batch records are merged every this many batches (the newest ones stay single).
 BATCH_RECORDS_MERGE = 100
@@ -78,6 +79,9 @@ class VersionFile:
     version: int
     kind: str  # "delta" | "snapshot"
     path: str
+    #: The attempt that wrote it: a re-run of a batch whose commit failed writes a new one,
+    #: so a local cache holding the earlier attempt's content can tell it is not this file.
+    attempt: str = ""
 
 
 class CheckpointStore:
@@ -248,20 +252,23 @@ class CheckpointStore:
         for info in list_files(self.location, self.partition_dir(tp)):
             m = _FILE.match(info.base_name)
             if m:
-                found.append(VersionFile(int(m.group(1)), m.group(2), info.path))
+                found.append(VersionFile(int(m.group(1)), m.group(2), info.path, m.group(3) or ""))
         found.sort(key=lambda f: (f.version, f.kind != "delta"))
         return found
 
-    def file_path(self, tp: TopicPartition, version: int, kind: str) -> str:
-        """Where version ``version`` of kind ``kind`` lives."""
-        return f"{self.partition_dir(tp)}/{version:020d}.{kind}.parquet"
+    def file_path(self, tp: TopicPartition, version: int, kind: str, attempt: str = "") -> str:
+        """Where version ``version`` of kind ``kind`` written by ``attempt`` lives."""
+        named = f".{attempt}" if attempt else ""
+        return f"{self.partition_dir(tp)}/{version:020d}.{kind}{named}.parquet"
 
-    def write_table(self, tp: TopicPartition, version: int, kind: str, table: pa.Table) -> int:
+    def write_table(
+        self, tp: TopicPartition, version: int, kind: str, table: pa.Table, attempt: str = ""
+    ) -> int:
         """Write a delta or snapshot file atomically; returns its size in bytes."""
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd")
         data = buffer.getvalue()
-        path = self.file_path(tp, version, kind)
+        path = self.file_path(tp, version, kind, attempt)
         try:
             write_bytes(self.location, path, data)
         except OSError as exc:

@@ -3,9 +3,11 @@
 Batch ``B`` of a topic-partition:
 
 1. :meth:`PartitionStore.open` finds the newest version ``V < B`` in the checkpoint (files at
-   or above ``B`` come from an attempt that was never committed: they are ignored, those above
-   ``B`` deleted). If the local cache holds exactly ``V`` of this checkpoint (same epoch) it
-   is used as is; if it holds an older version ``C`` whose file is still in the checkpoint,
+   or above ``B`` come from an attempt that was never committed: they are deleted). Each file
+   is named by the attempt that wrote it. If the local cache holds exactly ``V`` of this
+   checkpoint (same epoch, same attempt) it is used as is: a cache moved to ``V`` by an
+   attempt whose commit failed, when ``V`` was then re-run with other settings, holds other
+   content and is not. If it holds an older version ``C`` whose file is still in the checkpoint,
    the deltas after ``C`` up to ``V`` are applied to it (the same files a rebuild would end
    with); otherwise it is rebuilt from the newest snapshot ``<= V`` plus the deltas after it.
    The cache's handle stays open in the worker process between batches
@@ -17,7 +19,7 @@ Batch ``B`` of a topic-partition:
    every ``snapshot_interval`` versions a full snapshot, then moves the cache to ``B`` and
    deletes versions older than the last snapshot minus ``retain_versions``.
 
-Writing ``B`` again (a re-run after a crash) rewrites the same file with the same content.
+Writing ``B`` again (a re-run after a crash) writes a file of its own attempt.
 """
 
 from __future__ import annotations
@@ -174,6 +176,7 @@ class PartitionStore:
         self._held: HeldCache | None = None
         self._versions: list[VersionFile] = []
         self._batch_id = -1
+        self._attempt = ""
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -198,10 +201,13 @@ class PartitionStore:
         self._batch_id = batch_id
         versions = self.checkpoint.versions(self.tp)
         for f in versions:
-            if f.version > batch_id:  # from attempts of later batches that never committed
+            # From attempts of this or later batches that never committed: this attempt
+            # writes its own (a re-run after changed settings may write other content).
+            if f.version >= batch_id:
                 self.checkpoint.delete(f.path)
         self._versions = [f for f in versions if f.version < batch_id]
         current = self._versions[-1].version if self._versions else -1
+        attempt = self._versions[-1].attempt if self._versions else ""
         if self._cache is not None:  # opened again: release the previous handle first
             self._release()
         cache = self._open_cache()
@@ -209,11 +215,18 @@ class PartitionStore:
         try:
             header = cache.header()
             have = header.get("version")
+            # The cache holds a version's content only if it holds the attempt that wrote
+            # the file the checkpoint has now (caches written before attempts: "" both).
             same_epoch = header.get("epoch") == self.epoch
-            if same_epoch and have == current:
+            if same_epoch and have == current and header.get("attempt", "") == attempt:
                 self.stats.cache_hit = True
                 meta = PartitionMeta.from_json(header.get("meta") or {})
-            elif same_epoch and isinstance(have, int) and have < current and self._has(have):
+            elif (
+                same_epoch
+                and isinstance(have, int)
+                and have < current
+                and self._has(have, header.get("attempt", ""))
+            ):
                 meta = self._catch_up(cache, have, current, header.get("meta") or {})
             else:
                 meta = self._rebuild(cache, current)
@@ -223,10 +236,10 @@ class PartitionStore:
         self.stats.load_seconds = time.perf_counter() - started
         return CacheView(cache, self.state_codec), meta
 
-    def _has(self, version: int) -> bool:
+    def _has(self, version: int, attempt: str) -> bool:
         # Cleanup deletes the oldest versions and open() the newest ones, so while the
         # cache's own version is still in the checkpoint, every file after it is too.
-        return any(f.version == version for f in self._versions)
+        return any(f.version == version and f.attempt == attempt for f in self._versions)
 
     def _catch_up(
         self, cache: LocalCache, have: int, current: int, meta_json: dict[str, Any]
@@ -264,11 +277,18 @@ class PartitionStore:
             cache.write(
                 upserts,
                 deletes,
-                {"epoch": self.epoch, "version": f.version, "meta": meta_json},
+                {
+                    "epoch": self.epoch,
+                    "version": f.version,
+                    "meta": meta_json,
+                    "attempt": f.attempt,
+                },
                 fresh=fresh,
             )
             fresh = False
-        cache.write([], [], {"epoch": self.epoch, "version": current, "meta": meta_json})
+        attempt = self._versions[-1].attempt if self._versions else ""
+        header = {"epoch": self.epoch, "version": current, "meta": meta_json, "attempt": attempt}
+        cache.write([], [], header)
         return PartitionMeta.from_json(meta_json)
 
     def commit(self, changes: dict[str, KeyEntry | None], meta: PartitionMeta) -> None:
@@ -290,12 +310,14 @@ class PartitionStore:
         file_meta_doc = {"version": version, "epoch": self.epoch, "meta": meta_json}
         table = _table_of_rows(upserts, deletes, file_meta_doc)
         self.stats.changed_keys = len(changes)
-        self.stats.delta_bytes = self.checkpoint.write_table(self.tp, version, "delta", table)
+        self._attempt = attempt = os.urandom(6).hex()
+        self.stats.delta_bytes = self.checkpoint.write_table(
+            self.tp, version, "delta", table, attempt
+        )
         # The checkpoint is written first: a cache ahead of the checkpoint would be wrong,
         # a cache behind it is merely rebuilt.
-        self._cache.write(
-            upserts, deletes, {"epoch": self.epoch, "version": version, "meta": meta_json}
-        )
+        header = {"epoch": self.epoch, "version": version, "meta": meta_json, "attempt": attempt}
+        self._cache.write(upserts, deletes, header)
         last_snapshot = max((f.version for f in self._versions if f.kind == "snapshot"), default=-1)
         deltas_since = (
             sum(1 for f in self._versions if f.kind == "delta" and f.version > last_snapshot) + 1
@@ -309,7 +331,7 @@ class PartitionStore:
         assert self._cache is not None
         rows = list(self._cache.rows())
         table = _table_of_rows(rows, [], meta_doc)
-        self.checkpoint.write_table(self.tp, version, "snapshot", table)
+        self.checkpoint.write_table(self.tp, version, "snapshot", table, self._attempt)
         self.stats.snapshot_written = True
 
     def _cleanup(self, snapshot_version: int) -> None:
