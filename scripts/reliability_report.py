@@ -26,7 +26,15 @@ sys.path.insert(0, str(ROOT))
 from tests.faults.matrix import FaultRow, matrix_dir, read_rows  # noqa: E402
 
 #: Groups in the order the page shows them; others follow alphabetically.
-GROUP_ORDER = ("process", "broker", "storage", "two drivers", "bad input", "security")
+GROUP_ORDER = (
+    "process",
+    "broker",
+    "storage",
+    "two drivers",
+    "bad input",
+    "data",
+    "security",
+)
 
 HEADER = """# Reliability: the fault matrix
 

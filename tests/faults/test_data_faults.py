@@ -1,4 +1,5 @@
-"""End to end: what a real source does by design loses nothing; a wrong setting stops loudly.
+"""Fault matrix, data faults: what a real source does by design loses nothing; a wrong setting
+stops loudly.
 
 Debezium change events through the real broker into the change log and the current and
 history Delta tables, read back with deltalake (through polars), independently of the code
@@ -26,15 +27,16 @@ from typing import Any
 import msgspec
 import polars as pl
 import pytest
-from tests.e2e.test_debezium_sessions import Event, produce, stream
-from tests.fixtures.sessions_job import sessions_config
-from tests.integration.test_session_tables import current_tables
 
 from inorder.commands.run import dump_toml
 from inorder.errors import ConfigError, InorderError
 from inorder.pipeline.config import build_pipeline
 from inorder.sessions.rebuild import read_changes
 from inorder.sinks.parquet import read_committed
+from tests.e2e.test_debezium_sessions import Event, produce, stream
+from tests.faults.conftest import MatrixRecorder
+from tests.fixtures.sessions_job import sessions_config
+from tests.integration.test_session_tables import current_tables
 
 SESSION = "postgres.inventory.customers"
 
@@ -78,7 +80,9 @@ def nothing_committed(work: Path) -> bool:
 
 
 @pytest.mark.parametrize("policy", ["", "dead_letter"])
-def test_redelivery_is_skipped_exactly(policy: str, kafka: Any, spark: Any, tmp_path: Path) -> None:
+def test_redelivery_is_skipped_exactly(
+    policy: str, kafka: Any, spark: Any, tmp_path: Path, matrix: MatrixRecorder
+) -> None:
     prefix = f"redeliver-{policy[:4]}-{random.randrange(10**9)}-"
     again = kafka.new_topic(f"{prefix}again")
     once = kafka.new_topic(f"{prefix}once")
@@ -99,10 +103,16 @@ def test_redelivery_is_skipped_exactly(policy: str, kafka: Any, spark: Any, tmp_
     history = pl.read_delta(str(tmp_path / "history"))
     versions = dict(history.group_by("topic").len().iter_rows())
     assert versions[again] == versions[once]  # no version that never existed
+    matrix.record(
+        group="data", fault=f"Debezium redelivers its last 10 events after a restart "
+        f"(on_violation = {policy or 'default: fail'})", times=1, outcome="continued", ok=True,
+        check=f"{summary.duplicates} duplicates skipped; change log, current and history tables "
+        "equal to the stream delivered once; exit 0",
+    )  # fmt: skip
 
 
 def test_a_new_column_under_row_type_stops_before_commit(
-    kafka: Any, spark: Any, tmp_path: Path
+    kafka: Any, spark: Any, tmp_path: Path, matrix: MatrixRecorder
 ) -> None:
     prefix = f"drift-{random.randrange(10**9)}-"
     topic = kafka.new_topic(f"{prefix}orders")
@@ -110,19 +120,24 @@ def test_a_new_column_under_row_type_stops_before_commit(
     drift_at = 200
     events.insert(drift_at, _drifted_create(events[:drift_at], "discount", 5))
     produce(kafka.bootstrap_servers, topic, events)
-    options = {"row_type": "tests.e2e.test_source_data_faults:Customer"}
+    options = {"row_type": "tests.faults.test_data_faults:Customer"}
     with pytest.raises(InorderError, match=r"schema_drift .*discount.* add them to Customer"):
         build_pipeline(debezium_config(kafka, prefix, tmp_path, options=options)).run()
     committed = read_changes(str(tmp_path / "output"))
     assert committed.num_rows > 0
     assert max(committed.column("offset").to_pylist()) < drift_at  # nothing past it
+    matrix.record(
+        group="data", fault="a new column mid-stream under row_type (schema drift)", times=1,
+        outcome="named error", ok=True,
+        check="stopped naming schema_drift and the field; nothing from that record on committed",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("row_key", "rule"), [("order_id", "undecodable"), ("n", "insert_existing")]
 )
 def test_a_wrong_or_non_unique_key_stops_naming_the_setting(
-    row_key: str, rule: str, kafka: Any, spark: Any, tmp_path: Path
+    row_key: str, rule: str, kafka: Any, spark: Any, tmp_path: Path, matrix: MatrixRecorder
 ) -> None:
     prefix = f"wrongkey-{row_key}-{random.randrange(10**9)}-"
     topic = kafka.new_topic(f"{prefix}orders")
@@ -147,9 +162,18 @@ def test_a_wrong_or_non_unique_key_stops_naming_the_setting(
     summary = build_pipeline(fixed).run(accept_changes=True)
     assert summary.records == len(events)
     assert current_tables(str(tmp_path / "current"), None) == {(topic, SESSION): truth}
+    kind = "a wrong" if row_key == "order_id" else "a non-unique"
+    matrix.record(
+        group="data", fault=f"{kind} row_key ({row_key!r})", times=1, outcome="named error",
+        ok=True, check=f"stopped at the first {rule} (and, under dead_letter, at the batch "
+        "rejecting most records) with nothing committed; the fixed key refused until accepted, "
+        "then every record read and the table equal to the truth",
+    )  # fmt: skip
 
 
-def test_a_run_that_set_data_aside_exits_3_and_says_where(kafka: Any, tmp_path: Path) -> None:
+def test_a_run_that_set_data_aside_exits_3_and_says_where(
+    kafka: Any, tmp_path: Path, matrix: MatrixRecorder
+) -> None:
     prefix = f"setaside-{random.randrange(10**9)}-"
     topic = kafka.new_topic(f"{prefix}orders")
     events, _ = stream("postgres", 10, rows=10, changes=40)
@@ -168,7 +192,8 @@ def test_a_run_that_set_data_aside_exits_3_and_says_where(kafka: Any, tmp_path: 
     assert f"1 record(s) dead-lettered in Parquet dataset {tmp_path}/output_dead_letter" in (
         done.stderr
     )
-    # The same run without any fault exits 0: set_aside_exit_code = 0 opts out as well.
+    # A pipeline that opts out (set_aside_exit_code = 0) exits 0 though it sets aside more.
+    produce(kafka.bootstrap_servers, topic, [(None, b"not an event")])
     config["pipeline"]["set_aside_exit_code"] = 0
     toml.write_text(dump_toml(config))
     again = subprocess.run(
@@ -176,6 +201,13 @@ def test_a_run_that_set_data_aside_exits_3_and_says_where(kafka: Any, tmp_path: 
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
+    assert "set aside: 1 integrity event(s)" in again.stderr
+    matrix.record(
+        group="data", fault="an undecodable event under dead_letter", times=1,
+        outcome="policy action", ok=True,
+        check="dead-lettered; exit 3 and the summary's set-aside line names the dead-letter "
+        "output; 0 with set_aside_exit_code = 0",
+    )  # fmt: skip
 
 
 def _drifted_create(before: list[Event], field: str, value: Any) -> Event:
