@@ -182,11 +182,7 @@ def test_a_run_that_set_data_aside_exits_3_and_says_where(
     config = debezium_config(kafka, prefix, tmp_path, integrity={"on_violation": "dead_letter"})
     config["pipeline"]["progress"] = "plain"
     toml = tmp_path / "pipeline.toml"
-    toml.write_text(dump_toml(config))
-    done = subprocess.run(
-        [sys.executable, "-m", "inorder.cli", "run", str(toml)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    done = run_cli(toml, config)
     assert done.returncode == 3, done.stderr
     assert "set aside: 1 integrity event(s) under on_violation = 'dead_letter'" in done.stderr
     assert f"1 record(s) dead-lettered in Parquet dataset {tmp_path}/output_dead_letter" in (
@@ -195,11 +191,7 @@ def test_a_run_that_set_data_aside_exits_3_and_says_where(
     # A pipeline that opts out (set_aside_exit_code = 0) exits 0 though it sets aside more.
     produce(kafka.bootstrap_servers, topic, [(None, b"not an event")])
     config["pipeline"]["set_aside_exit_code"] = 0
-    toml.write_text(dump_toml(config))
-    again = subprocess.run(
-        [sys.executable, "-m", "inorder.cli", "run", str(toml)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    again = run_cli(toml, config)
     assert again.returncode == 0, again.stderr
     assert "set aside: 1 integrity event(s)" in again.stderr
     matrix.record(
@@ -207,6 +199,15 @@ def test_a_run_that_set_data_aside_exits_3_and_says_where(
         outcome="policy action", ok=True,
         check="dead-lettered; exit 3 and the summary's set-aside line names the dead-letter "
         "output; 0 with set_aside_exit_code = 0",
+    )  # fmt: skip
+
+
+def run_cli(toml: Path, config: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """``inorder run`` of ``config`` written to ``toml``, in a process of its own."""
+    toml.write_text(dump_toml(config))
+    return subprocess.run(
+        [sys.executable, "-m", "inorder.cli", "run", str(toml)],
+        capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
 
