@@ -180,7 +180,7 @@ def test_a_run_that_set_data_aside_exits_3_and_says_where(
     events.insert(20, (None, b'{"op": "c", "not json'))
     produce(kafka.bootstrap_servers, topic, events)
     config = debezium_config(kafka, prefix, tmp_path, integrity={"on_violation": "dead_letter"})
-    config["pipeline"]["progress"] = "plain"
+    config["pipeline"].update(progress="plain", set_aside_exit_code=3)  # the default
     toml = tmp_path / "pipeline.toml"
     done = run_cli(toml, config)
     assert done.returncode == 3, done.stderr
