@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from inorder import Context, Processor
 
@@ -87,3 +88,23 @@ class CountRawSessions(CountRaw):
 
     def starts_session(self, msg: bytes) -> bool:
         return msg == b""
+
+
+class GatedCountRaw(CountRaw):
+    """Counts records; a ``gate`` record holds its batch until the file ``opened`` exists.
+
+    It first creates ``waiting``, so a test knows the batch is running (an event, not a
+    guess at how long starting takes) and can open the gate again when it is done.
+    """
+
+    def __init__(self, waiting: str, opened: str) -> None:
+        self.waiting = waiting
+        self.opened = opened
+
+    def process(self, state: Seen, msg: bytes, ctx: Context) -> Iterable[SeenRow]:
+        # The raw codec hands over a RawMessage (key and value), not the value's bytes.
+        if getattr(msg, "value", msg) == b"gate":
+            Path(self.waiting).touch()
+            while not Path(self.opened).exists():
+                time.sleep(0.05)
+        yield from super().process(state, msg, ctx)

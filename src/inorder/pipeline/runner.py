@@ -448,18 +448,37 @@ class PipelineRunner:
 
         def request_stop(signum: int, frame: FrameType | None) -> None:
             if not self._stop.is_set():
+                # Stop first, then say so: a second signal arriving while the note is printed
+                # runs this handler again inside this one, and must find the stop requested.
+                self.stop()
                 self.reporter.info(
                     f"inorder: {signal.Signals(signum).name} received: stopping after the "
                     "current batch (again to force)"
                 )
-                self.stop()
+                return
+            # Say what the forced stop costs, so that the next start's re-run is expected.
+            running = self._running
+            if running is None:
+                lost = "no batch was running: nothing is lost"
             else:
-                raise KeyboardInterrupt
+                lost = (
+                    f"batch {running[0]} did not finish and will be re-run by the next start "
+                    "(its output is still written once)"
+                )
+            self.reporter.info(f"inorder: forced stop: {lost}")
+            # py4j logs the JVM call this interrupts with a traceback: noise after the line
+            # above. Logging comes back in restore(), for a caller that carries on.
+            logging.disable(logging.CRITICAL)
+            raise KeyboardInterrupt
 
+        import logging
+
+        logging_disabled = logging.root.manager.disable
         previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
 
         def restore() -> None:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            logging.disable(logging_disabled)
 
         return restore
