@@ -9,17 +9,22 @@ Resolution order, for each service separately:
 2. the dev services started by ``inorder dev up`` (``services.json`` in the state directory),
    if their process is still running;
 3. otherwise :class:`~inorder.errors.ConfigError` saying how to fix it.
+
+An ``s3://`` output in that store's bucket takes the store's endpoint; its key pair comes from
+the output's ``storage_options``, else ``AWS_ACCESS_KEY_ID`` + ``AWS_SECRET_ACCESS_KEY``, else
+the store's record (:func:`output_storage_options`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from inorder.dev.processes import process_alive
 from inorder.errors import ConfigError
@@ -194,8 +199,11 @@ def output_storage_options(
 
     When nothing names an S3 endpoint (no ``endpoint_url`` option, no ``AWS_ENDPOINT_URL``)
     and the output's bucket is the bucket of ``$INORDER_S3_ENDPOINT`` or of the S3 server
-    ``inorder dev up`` runs, that store's endpoint and credentials are used, as the Kafka
-    broker is found. Anything else (a local path, a named endpoint, another bucket: AWS
+    ``inorder dev up`` runs, that store's endpoint is used, as the Kafka broker is found.
+    Its credentials come, in this order, from ``given``, from ``AWS_ACCESS_KEY_ID`` +
+    ``AWS_SECRET_ACCESS_KEY`` in the environment, else from the store's record
+    (``services.json``): the usual AWS order, so a key pair exported for this run is never
+    silently replaced. Anything else (a local path, a named endpoint, another bucket: AWS
     itself) is left as given.
     """
     from inorder.storage.fs import S3Settings as OutputSettings
@@ -210,11 +218,56 @@ def output_storage_options(
         except ConfigError:
             store = None
         if store is not None and path.split("://", 1)[1].split("/", 1)[0] == store.bucket:
-            found = {
-                "endpoint_url": store.endpoint_url,
-                "access_key_id": store.access_key_id,
-                "secret_access_key": store.secret_access_key,
-                "region": store.region,
-            }
+            found = {"endpoint_url": store.endpoint_url, "region": store.region}
+            if _credentials_source(options, store) == "store":
+                found["access_key_id"] = store.access_key_id
+                found["secret_access_key"] = store.secret_access_key
             options = {**found, **options}
     return options or None
+
+
+CredentialsSource = Literal["given", "environment", "store"]
+
+
+def _credentials_source(options: Mapping[str, str], store: S3Settings) -> CredentialsSource:
+    """``"given"``, ``"environment"`` or ``"store"``: where an output's S3 key pair comes from.
+
+    A half-given pair is refused rather than completed from elsewhere: a key id of one
+    identity with the secret of another only fails later, as a signature mismatch.
+    """
+    from inorder.storage.fs import S3Settings as OutputSettings
+
+    explicit = OutputSettings.from_options(options, env={})
+    if explicit.access_key_id or explicit.secret_access_key:
+        if not (explicit.access_key_id and explicit.secret_access_key):
+            raise ConfigError(
+                "storage_options: access_key_id and secret_access_key go together (one is given)"
+            )
+        return "given"
+    key_id, secret = os.environ.get(ENV_ACCESS_KEY), os.environ.get(ENV_SECRET_KEY)
+    if not key_id and not secret:
+        return "store"
+    if not (key_id and secret):
+        missing = ENV_SECRET_KEY if key_id else ENV_ACCESS_KEY
+        present = ENV_ACCESS_KEY if key_id else ENV_SECRET_KEY
+        raise ConfigError(
+            f"{present} is set but {missing} is not: set both to use that key pair for "
+            f"{store.endpoint_url}, or unset it to use the dev server's own"
+        )
+    if (key_id, secret) != (store.access_key_id, store.secret_access_key):
+        _note_once(
+            f"S3 {store.endpoint_url}: using the key pair in {ENV_ACCESS_KEY} / "
+            f"{ENV_SECRET_KEY} from the environment, not the dev server's own "
+            "(services.json); unset them to use that one"
+        )
+    return "environment"
+
+
+_noted: set[str] = set()
+
+
+def _note_once(text: str) -> None:
+    """One line on stderr per process (outputs share a store: the note is about the store)."""
+    if text not in _noted:
+        _noted.add(text)
+        print(f"inorder: {text}", file=sys.stderr)
