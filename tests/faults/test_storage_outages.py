@@ -12,7 +12,10 @@ leave the output exact against the simulator's truth and ``inorder validate``.
 
 The checkpoint stays on local disk: Spark's offsets and commits logs need a Hadoop
 filesystem, and s3a is not available (``docs/operations-guide.md``). Disk-full cases mount a
-small tmpfs (root only) for the checkpoint or the output and fill it mid-run.
+small tmpfs (root only) where one writer writes: Spark's offsets log, Spark's commits log,
+inorder's state folder or the local output. A gate in the processor holds a batch's tasks (its
+offsets are written, nothing of it is committed); the test fills the tmpfs to the last byte,
+then opens the gate, so the writer that meets the full disk first is known, not a race.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from inorder.commands.run import dump_toml
 from inorder.dev import servers, services
 from inorder.dev.endpoints import S3Settings, kafka_bootstrap_servers, read_services_file
 from inorder.dev.simulator import GroundTruth, simulate
-from inorder.pipeline.checkpoint_layout import RUN_LOG_FILE
+from inorder.pipeline.checkpoint_layout import ENGINE_DIR, RUN_LOG_FILE, SPARK_DIR
+from inorder.sessions import SessionTables
 from inorder.sessions.rebuild import read_changes
 from tests.faults.conftest import MatrixRecorder
 from tests.faults.s3_proxy import Moment, S3Proxy
@@ -145,7 +149,12 @@ class Job:
 
 
 def make_job(
-    bootstrap: str, work: Path, prefix: str, seed: int, sink: dict[str, Any] | None = None
+    bootstrap: str,
+    work: Path,
+    prefix: str,
+    seed: int,
+    sink: dict[str, Any] | None = None,
+    processor: dict[str, Any] | None = None,
 ) -> Job:
     """Two sites of two partitions each, 300 records a batch (about ten batches)."""
     simulation = two_partition_simulation(
@@ -154,10 +163,15 @@ def make_job(
     )  # fmt: skip
     result = simulate(simulation, bootstrap)
     sink = sink or {"path": str(work / "output"), "partition_by": ["topic"]}
+    sections = {"processor": processor} if processor else {}
     config = sessions_config(
         bootstrap, prefix, work, name="outages", max_offsets=300, trigger="available-now",
         progress="json", integrity=RESTART_SESSION, sink=sink, spark=TWO_LOCAL_CORES,
+        **sections,
     )  # fmt: skip
+    # The simulated faults set records aside by design (exit 3 by default): these tests look
+    # at whether a run continued (0) or stopped with a named error (1), not at that.
+    config["pipeline"]["set_aside_exit_code"] = 0
     toml = work / "pipeline.toml"
     toml.write_text(dump_toml(config))
     return Job(toml, sink["path"], sink.get("storage_options"), result.ground_truth)
@@ -316,6 +330,92 @@ def test_s3_errors_for_a_while(
 
 # -- local disk full --------------------------------------------------------------------------
 
+#: The batch whose tasks are held while the tmpfs is filled: batches 0 and 1 are done by then.
+FULL_AT = 2
+#: Per writer: where its tmpfs is mounted (under the test's folder), what meets the full disk
+#: first once the held batch goes on, and Spark's logs at the stop (the last offsets and
+#: commits files), the proof of where the run stopped.
+DISK_FULL: dict[str, tuple[str, str, tuple[int, int]]] = {
+    "offsets": (
+        f"checkpoint/{SPARK_DIR}/offsets",
+        f"Spark's offsets log (batch {FULL_AT + 1}'s offsets file, after batch {FULL_AT} "
+        "committed)",
+        (FULL_AT, FULL_AT),
+    ),
+    "commits": (
+        f"checkpoint/{SPARK_DIR}/commits",
+        f"Spark's commits log (batch {FULL_AT}'s commit file, after its output and state)",
+        (FULL_AT, FULL_AT - 1),
+    ),
+    "state": (
+        f"checkpoint/{ENGINE_DIR}",
+        f"inorder's state write (batch {FULL_AT}'s state files, in its tasks)",
+        (FULL_AT, FULL_AT - 1),
+    ),
+    "output": (
+        "output",
+        f"the local output's staging (batch {FULL_AT}'s staged files, in its tasks)",
+        (FULL_AT, FULL_AT - 1),
+    ),
+}
+GATED = f"{__name__}:GatedSessions"
+#: Batches this worker process has seen (the gate is looked at once per batch, not per record).
+_SEEN: set[int] = set()
+
+
+class GatedSessions(SessionTables):
+    """The session processor; the batch named in ``gate_dir/hold`` waits for ``gate_dir/release``.
+
+    The first record of that batch in a worker process writes ``gate_dir/held-<pid>`` and
+    waits until ``release`` exists: the batch's offsets are written by then, its state, output
+    and commit are not. Its output is the session processor's, record for record.
+    """
+
+    def __init__(self, gate_dir: str = "", *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.gate_dir = gate_dir
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_gated_sessions, (self.gate_dir, super().__reduce__()[1]))
+
+    def process(self, state: Any, msg: Any, ctx: Any) -> Any:
+        if self.gate_dir and ctx.batch_id not in _SEEN:
+            _SEEN.add(ctx.batch_id)
+            Gate(Path(self.gate_dir)).pass_through(ctx.batch_id)
+        return super().process(state, msg, ctx)
+
+
+def _gated_sessions(gate_dir: str, args: tuple[Any, ...]) -> GatedSessions:
+    return GatedSessions(gate_dir, *args)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+    """Files shared by the test and the gated processor in Spark's Python workers."""
+
+    folder: Path
+
+    def hold(self, batch: int) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / "hold").write_text(str(batch))
+
+    def release(self) -> None:
+        (self.folder / "release").write_text("")
+
+    def held(self) -> list[Path]:
+        return sorted(self.folder.glob("held-*"))
+
+    def pass_through(self, batch: int) -> None:
+        """In a worker: wait for the release if ``batch`` is the one to hold."""
+        hold = self.folder / "hold"
+        if not hold.exists() or int(hold.read_text()) != batch:
+            return
+        (self.folder / f"held-{os.getpid()}").write_text(str(batch))
+        # Bounded like a run: a test that died must not leave a worker waiting forever.
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not (self.folder / "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
 
 @contextlib.contextmanager
 def small_tmpfs(directory: Path, size: str = "8m") -> Iterator[Path]:
@@ -349,35 +449,64 @@ def fill(directory: Path) -> Path:
 
 
 def names_no_space(directory: Path) -> Callable[[str], bool]:
+    """The line names the full filesystem's folder (or a file in it) and the lack of space."""
+
     def named(line: str) -> bool:
         message = line.split(" (full trace in ")[0]
         text = message.lower()
         no_space = "no space left" in text or "enospc" in text or "errno 28" in text
-        return no_space and str(directory) in message
+        return no_space and "not committed" in text and str(directory) in message
 
     return named
 
 
-@pytest.mark.parametrize("where", ["checkpoint", pytest.param("output", marks=pytest.mark.slow)])
-def test_local_disk_full(where: str, broker: str, tmp_path: Path, matrix: MatrixRecorder) -> None:
-    with small_tmpfs(tmp_path / where) as directory:
-        job = make_job(broker, tmp_path, f"sd{where[0]}-", 23)
+def spark_logs(checkpoint: Path) -> tuple[int, int]:
+    """The last batch id of Spark's offsets log and of its commits log (-1: none)."""
+
+    def last(folder: str) -> int:
+        ids = [int(p.name) for p in (checkpoint / SPARK_DIR / folder).glob("*") if p.name.isdigit()]
+        return max(ids, default=-1)
+
+    return last("offsets"), last("commits")
+
+
+@pytest.mark.parametrize(
+    "writer",
+    ["offsets", "commits", "state", pytest.param("output", marks=pytest.mark.slow)],
+)
+def test_local_disk_full(writer: str, broker: str, tmp_path: Path, matrix: MatrixRecorder) -> None:
+    folder, first_writer, expected_logs = DISK_FULL[writer]
+    checkpoint = tmp_path / "checkpoint"
+    with small_tmpfs(tmp_path / folder) as directory:
+        gate = Gate(tmp_path / "gate")
+        prefix = {"offsets": "sdf-", "commits": "sdc-", "state": "sds-", "output": "sdo-"}
+        job = make_job(
+            broker, tmp_path, prefix[writer], 23,
+            processor={"type": GATED, "options": {"gate_dir": str(gate.folder)}},
+        )  # fmt: skip
+        gate.hold(FULL_AT)
         run = DriverRun(job.toml)
-        wait_until(lambda: run.records(), run, "a first batch", RUN_TIMEOUT)
+        wait_until(gate.held, run, f"batch {FULL_AT}'s tasks held", RUN_TIMEOUT)
         filler = fill(directory)
+        gate.release()
         outcome, what, named = ended(run, names_no_space(directory))
+        logs = spark_logs(checkpoint)
         with contextlib.suppress(OSError):  # the rerun replaces it: keep the trace
-            shutil.copyfile(tmp_path / "checkpoint" / RUN_LOG_FILE, tmp_path / "failed-run.log")
+            shutil.copyfile(checkpoint / RUN_LOG_FILE, tmp_path / "failed-run.log")
         filler.unlink()
-        what += "; space freed, the next run resumed"
+        what += (
+            f"; Spark's logs at the stop: offsets through batch {logs[0]}, commits through "
+            f"{logs[1]}; space freed, the next run resumed"
+        )
         finish(job.toml)
         ok, check = exact_check(job)
-    fault = "local disk full (8 MiB tmpfs filled mid-run) under the " + (
-        "checkpoint" if where == "checkpoint" else "local output and its staging"
-    )
     matrix.record(
-        group="storage", fault=fault, times=1, outcome=outcome, ok=ok and named,
+        group="storage",
+        fault=f"local disk full (8 MiB tmpfs on {folder}, filled while batch {FULL_AT}'s "
+        f"tasks were held): met first by {first_writer}",
+        times=1, outcome=outcome, ok=ok and named and logs == expected_logs,
         check=f"{what}; {check}",
     )  # fmt: skip
     assert ok, check
     assert named, what
+    assert logs == expected_logs, f"the full disk was met elsewhere than {first_writer}: {what}"
