@@ -14,7 +14,7 @@ import pytest
 
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity, check_fits
-from inorder.kafka.api import pattern_note
+from inorder.kafka.api import closest_topics, no_match_error, pattern_note
 from inorder.processor import Context, Processor
 
 
@@ -31,6 +31,33 @@ def test_pattern_note_warns_when_nothing_matches() -> None:
     note = pattern_note("sites-.*", [], "h:9092", timedelta(minutes=2))
     assert note.startswith("warning: topic_pattern 'sites-.*' matches no topic on h:9092")
     assert "every 120 s, topic_discovery_interval" in note
+
+
+TOPICS = ["site-a", "site-b", "site-c", "orders", "__consumer_offsets", "_schemas", "sites_x"]
+
+
+def test_the_closest_topic_names_are_suggested_and_internal_ones_never() -> None:
+    assert closest_topics("sites-.*", TOPICS) == ["site-a", "site-b", "site-c"]
+    assert closest_topics("site_.*", TOPICS) == ["sites_x", "site-a", "site-b"]
+    assert closest_topics("ordres", TOPICS) == ["orders"]
+    assert closest_topics(r"site\-[0-9]+", TOPICS) == ["site-a", "site-b", "site-c"]
+    assert closest_topics("_schema.*", TOPICS) == []  # topics starting with _ are not offered
+    assert closest_topics("invoices", TOPICS) == []
+    assert closest_topics(".*", TOPICS) == []
+
+
+def test_a_pattern_matching_nothing_names_the_closest_topics() -> None:
+    note = pattern_note("sites-.*", [], "h:9092", timedelta(seconds=30), existing=TOPICS)
+    assert note == (
+        "warning: topic_pattern 'sites-.*' matches no topic on h:9092 (closest topics: site-a, "
+        "site-b, site-c): nothing is read until a matching topic appears (looked for every "
+        "30 s, topic_discovery_interval)"
+    )
+    assert no_match_error("invoices-.*", TOPICS, "h:9092") == (
+        "topic_pattern 'invoices-.*' matches no topic on h:9092 (no topic name is close to it): "
+        "under trigger available-now or once the run would read nothing; correct the pattern, "
+        "or create a matching topic first"
+    )
 
 
 class Tick(msgspec.Struct, rename="camel"):

@@ -312,7 +312,8 @@ class Archive:
         trigger = trigger_kwargs(self.trigger)
         owner = checkpoint_owner(str(self.checkpoint))
         extra = self.source_options()
-        self.source.check(extra)
+        # A trigger that ends with a pattern matching nothing would archive nothing: refused.
+        self.source.check(extra, bounded="processingTime" not in trigger)
         sink = self.sink()
         sink.bind(owner)
         try:

@@ -100,13 +100,16 @@ class KafkaAdmin:
             )
         return sorted(tp for tp in opts.assign if tp.partition < topics.get(tp.topic, 0))
 
+    def topic_names(self) -> list[str]:
+        """Every non-internal topic the broker lists right now (errored ones too), sorted."""
+        return sorted(set(self.topic_partitions()) | self.errored_topics)
+
     def matching_topics(self) -> list[str]:
         """The topics ``subscribePattern`` matches right now, sorted (none without a pattern)."""
         pattern = self._options.pattern
         if pattern is None:
             return []
-        topics = set(self.topic_partitions()) | self.errored_topics
-        return sorted(t for t in topics if pattern.fullmatch(t))
+        return [t for t in self.topic_names() if pattern.fullmatch(t)]
 
     def check_subscription(self) -> None:
         """Fail with a message naming the option if a listed topic or partition is unknown."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -122,11 +124,16 @@ class KafkaSource:
         opts.update(extra)
         return opts
 
-    def check(self, extra_options: Mapping[str, str] | None = None) -> list[str]:
+    def check(
+        self, extra_options: Mapping[str, str] | None = None, *, bounded: bool = False
+    ) -> list[str]:
         """Validate the options and reach the broker (bounded time); raise ``ConfigError``.
 
         Returns notes for the user: which topics a ``topic_pattern`` matches now, or a warning
-        when it matches none (not an error: matching topics are picked up when they appear).
+        naming the closest topic names when it matches none. ``bounded`` says the query reads
+        what is there now and ends (trigger available-now or once): a pattern matching nothing
+        then could only read nothing, so it is refused (``ConfigError``) instead, before
+        anything is recorded about the run. A long-running query may wait for its topics.
         """
         from inorder.kafka.admin import KafkaAdmin
 
@@ -136,12 +143,14 @@ class KafkaSource:
         if parsed.subscribe or parsed.assign:
             admin.check_subscription()
         elif parsed.subscribe_pattern is not None:
+            pattern, servers = parsed.subscribe_pattern, parsed.bootstrap_servers
+            every = admin.topic_names()
+            matched = [t for t in every if parsed.pattern and parsed.pattern.fullmatch(t)]
+            if not matched and bounded:
+                raise ConfigError(no_match_error(pattern, every, servers))
             notes.append(
                 pattern_note(
-                    parsed.subscribe_pattern,
-                    admin.matching_topics(),
-                    parsed.bootstrap_servers,
-                    parsed.topic_discovery_interval,
+                    pattern, matched, servers, parsed.topic_discovery_interval, existing=every
                 )
             )
         if self.archive:
@@ -173,19 +182,76 @@ class KafkaSource:
 
 #: Topic names a subscription note lists before it only counts the rest.
 LISTED_TOPICS = 10
+#: Close topic names suggested for a pattern that matches none, and how close they must be.
+SUGGESTED_TOPICS = 3
+SUGGESTION_CUTOFF = 0.6
+
+# Regex syntax left out of a pattern's literal text: character classes and repeat counts as a
+# whole (their letters are no part of any name), then every metacharacter; an escaped
+# character stands for itself.
+_CLASSES = re.compile(r"\[[^\]]*\]|\{\d*,?\d*\}")
+_SYNTAX = re.compile(r"\\(.)|[.*+?^$()|]")
 
 
-def pattern_note(pattern: str, topics: Sequence[str], servers: str, interval: timedelta) -> str:
+def closest_topics(pattern: str, topics: Iterable[str]) -> list[str]:
+    """The topic names closest to ``pattern`` (``difflib``), best first; internal ones left out.
+
+    A pattern is mostly a name with a wildcard (``site-.*``): its literal text is compared
+    with each whole name and with the name's beginning of the same length, and the better of
+    the two counts. Names starting with ``_`` (the broker's and tools' own topics, such as
+    ``__consumer_offsets`` or ``_schemas``) are never suggested.
+    """
+    literal = _SYNTAX.sub(lambda m: m.group(1) or "", _CLASSES.sub("", pattern))
+    if not literal:
+        return []
+    scored = []
+    for name in topics:
+        if name.startswith("_"):
+            continue
+        whole = difflib.SequenceMatcher(None, literal, name).ratio()
+        start = difflib.SequenceMatcher(None, literal, name[: len(literal)]).ratio()
+        score = max(whole, start)
+        if score >= SUGGESTION_CUTOFF:
+            scored.append((-score, name))
+    return [name for _, name in sorted(scored)[:SUGGESTED_TOPICS]]
+
+
+def _suggestion(pattern: str, existing: Sequence[str]) -> str:
+    close = closest_topics(pattern, existing)
+    if close:
+        return "closest topics: " + ", ".join(close)
+    return "no topic name is close to it"
+
+
+def no_match_error(pattern: str, existing: Sequence[str], servers: str) -> str:
+    """The refusal of a pattern that matches nothing under a trigger that ends (one line)."""
+    hint = _suggestion(pattern, existing)
+    return (
+        f"topic_pattern {pattern!r} matches no topic on {servers} ({hint}): under trigger "
+        "available-now or once the run would read nothing; correct the pattern, or create a "
+        "matching topic first"
+    )
+
+
+def pattern_note(
+    pattern: str,
+    topics: Sequence[str],
+    servers: str,
+    interval: timedelta,
+    existing: Sequence[str] = (),
+) -> str:
     """The start-time note on a topic pattern: the topics it matches, or a warning if none.
 
-    A pattern that matches nothing is legal (topics may be created later) but is most often a
-    typo, which would otherwise look like a healthy run reading zero records.
+    A pattern that matches nothing is legal for a long-running query (topics may be created
+    later) but is most often a typo, which would otherwise look like a healthy run reading
+    zero records: the warning names the closest of the ``existing`` topic names.
     """
     if not topics:
         return (
-            f"warning: topic_pattern {pattern!r} matches no topic on {servers}: nothing is read "
-            f"until a matching topic appears (looked for every "
-            f"{interval.total_seconds():g} s, topic_discovery_interval)"
+            f"warning: topic_pattern {pattern!r} matches no topic on {servers} "
+            f"({_suggestion(pattern, existing)}): nothing is read until a matching topic "
+            f"appears (looked for every {interval.total_seconds():g} s, "
+            "topic_discovery_interval)"
         )
     shown = ", ".join(topics[:LISTED_TOPICS])
     if len(topics) > LISTED_TOPICS:
