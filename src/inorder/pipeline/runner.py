@@ -25,7 +25,7 @@ from inorder.errors import ConfigError, InorderError
 from inorder.integrity import check_fits
 from inorder.pipeline.batch_history import BatchHistory
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
-from inorder.pipeline.failures import explain_failure
+from inorder.pipeline.failures import explain_exception, explain_failure
 from inorder.pipeline.identity import (
     IDENTITY_FIELD,
     SETTINGS_FIELD,
@@ -398,12 +398,10 @@ class PipelineRunner:
 
     def _raise_failure(self, query: Any) -> None:
         failure = self._failure
-        if isinstance(failure, InorderError):
-            raise failure
         if failure is not None and not isinstance(failure, _StopRequested):
-            raise explain_failure(
-                f"{type(failure).__name__}: {failure}", self.checkpoint, self._log_file
-            ) from None
+            # A sink's commit meeting a full disk is named like any other refused write; any
+            # other inorder error is raised as it is.
+            raise explain_exception(failure, self.checkpoint, self._log_file) from None
         if self._stop.is_set():
             return
         exc = query.exception()
