@@ -23,7 +23,11 @@ markers=()
 if [ "${INORDER_TEST_QUICK:-0}" = "1" ]; then
   markers=(-m "not slow")
 fi
-"$VENV/bin/python" -m pytest -p no:cacheprovider --durations=20 "${markers[@]}" "$@"
+# Every test's time goes to .inorder/test-times.xml (JUnit XML): `python scripts/test_times.py`
+# turns it into the time table of tests/README.md.
+mkdir -p .inorder
+"$VENV/bin/python" -m pytest -p no:cacheprovider --durations=20 \
+  --junitxml=.inorder/test-times.xml "${markers[@]}" "$@"
 code=$?
 set -e
 if [ "$code" = "5" ]; then
