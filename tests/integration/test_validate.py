@@ -95,9 +95,15 @@ def test_correct_run_validates_clean(finished_run: RunFixture) -> None:
     assert sum(p.expected_rows for p in report.partitions) > 0
     assert all(p.exact_batches for p in report.partitions)
 
+    # The simulated faults made the policy reset sessions: the output matches its
+    # recomputation, and the records set aside are reported as their own class (exit 3).
+    set_aside = sum(sum(p.set_aside.values()) for p in report.partitions)
+    assert set_aside > 0 and report.set_aside == set_aside
+    assert "were set aside by the integrity policy" in report.lines()[-1 - len(report.notes)]
     done = cli("validate", str(finished_run.toml), "--json")
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["ok"] is True
+    assert done.returncode == 3, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is True and doc["set_aside"] == set_aside
 
 
 def _tamper(output: Path, change: Any) -> tuple[Path, bytes]:

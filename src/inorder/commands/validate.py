@@ -65,9 +65,11 @@ def register(subparsers: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run the validation; exit 1 on any discrepancy."""
+    """Run the validation; exit 1 on any discrepancy, 3 when only the policy set records
+    aside (the output matches its recomputation, but holds nothing for them)."""
     from inorder.ops.cliutil import parse_time_ms
     from inorder.ops.validate import validate
+    from inorder.pipeline.progress import SET_ASIDE_EXIT_CODE
     from inorder.records import TopicPartition
 
     target = open_target(args)
@@ -96,4 +98,7 @@ def handle(args: argparse.Namespace) -> int:
             doc |= {"ok": ok, "tables": tables.to_json()}
             lines += tables.lines()
     print_report(args.json, doc, lambda: lines)
-    return 0 if ok else 1
+    if not ok:
+        return 1
+    # Records set aside by the policy are their own class: never a silent "all clear".
+    return SET_ASIDE_EXIT_CODE if report.set_aside else 0

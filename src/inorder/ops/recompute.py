@@ -92,6 +92,8 @@ class PartitionRecompute:
         self.encoder: Any = RowEncoder(target.types.out)
         self.failed: ViolationEvent | None = None
         self.violation_counts: dict[str, int] = {}
+        #: Records of keys reset under ``restart_session``, skipped until a new session.
+        self.ignored = 0
         self.records = 0
 
     def _encode(self, rows: list[Any], offsets: list[int], batch_id: int) -> pa.Table | None:
@@ -186,6 +188,7 @@ class PartitionRecompute:
                 late.append(lt)
             for rule, n in applier.violation_counts.items():
                 self.violation_counts[rule] = self.violation_counts.get(rule, 0) + n
+            self.ignored += applier.counters["ignored"]
             if applier.failed is not None:
                 self.failed = applier.failed
                 break

@@ -71,6 +71,9 @@ class PartitionDiff:
     unchecked_to: int | None = None
     """Kafka's log-start offset: records below it can no longer be recomputed."""
     unchecked_rows: int = 0
+    set_aside: dict[str, int] = field(default_factory=dict)
+    """Records the integrity policy set aside, by rule (``ignored``: records of reset
+    sessions skipped until a new one): the output holds nothing for them, by design."""
 
     @property
     def checkable(self) -> bool:
@@ -92,10 +95,16 @@ class PartitionDiff:
             if self.unchecked_rows
             else ""
         )
+        aside = (
+            "; set aside by the policy: "
+            + ", ".join(f"{rule}={n:,}" for rule, n in sorted(self.set_aside.items()))
+            if self.set_aside
+            else ""
+        )
         if self.ok:
             rows = f"{self.expected_rows:,} rows match ({self.records:,} records)"
-            status = "OK   " if self.checkable else "NOCHK"
-            return f"{status} {where} {span}: {rows}{unchecked}"
+            status = "ASIDE" if self.set_aside else "OK   " if self.checkable else "NOCHK"
+            return f"{status} {where} {span}: {rows}{aside}{unchecked}"
         text = (
             f"DIFF  {where} {span}: first differing offset {self.first_offset}, "
             f"missing {self.missing:,}, extra {self.extra:,}, different {self.different:,} "
@@ -118,6 +127,12 @@ class ValidationReport:
         """Whether every partition matches."""
         return all(p.ok for p in self.partitions)
 
+    @property
+    def set_aside(self) -> int:
+        """Records the policy set aside over all partitions (their own class: not a
+        discrepancy between output and recomputation, but input the output does not hold)."""
+        return sum(sum(p.set_aside.values()) for p in self.partitions)
+
     def to_json(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
@@ -127,6 +142,7 @@ class ValidationReport:
             ],
             "checkable": all(p.checkable for p in self.partitions),
             "notes": self.notes,
+            "set_aside": self.set_aside,
             "totals": {
                 k: sum(getattr(p, k) for p in self.partitions)
                 for k in (
@@ -147,7 +163,13 @@ class ValidationReport:
         unchecked = [p for p in self.partitions if not p.checkable]
         out.append(
             f"{len(self.partitions)} partition(s) checked, "
-            + ("no discrepancy" if not bad else f"{len(bad)} with discrepancies")
+            + (
+                f"{len(bad)} with discrepancies"
+                if bad
+                else "the output matches its recomputation"
+                if self.set_aside
+                else "no discrepancy"
+            )
             + (
                 f"; {len(unchecked)} with output rows not checkable (records expired from "
                 f"Kafka: {sum(p.unchecked_rows for p in unchecked):,} rows)"
@@ -155,6 +177,13 @@ class ValidationReport:
                 else ""
             )
         )
+        aside = [p for p in self.partitions if p.set_aside]
+        if aside:
+            out.append(
+                f"{self.set_aside:,} record(s) in {len(aside)} partition(s) were set aside by the "
+                "integrity policy (see ASIDE lines): the output holds nothing for them, as the "
+                "policy decided; not lost in transit, but not in the output either"
+            )
         out.extend(f"note: {n}" for n in self.notes)
         return out
 
@@ -437,6 +466,9 @@ def validate(
                 expected = expected.filter(pc.greater_equal(expected.column("offset"), lo))
             comparer.compare(expected, output.read(tp, lo, hi))
         diff.records = recompute.records
+        diff.set_aside = dict(recompute.violation_counts)
+        if recompute.ignored:
+            diff.set_aside["ignored"] = recompute.ignored
         if recompute.failed is not None:
             diff.failed = recompute.failed.message()
         comparer.finish()
