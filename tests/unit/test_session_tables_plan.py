@@ -1,7 +1,7 @@
 """The batch planner of the current/history session tables against a reference model.
 
 Random change logs follow the session-table rules (snapshots re-listing some rows, inserts,
-updates, deletes, resets, ends, restarts) and are applied in batches to in-memory tables
+updates, deletes, truncates, resets, ends, restarts) and are applied in batches to in-memory tables
 the way the Delta MERGEs apply a plan (upsert/delete by key; close the open version of a
 key, insert new versions), with restarts (row ids read back from the tables), a table left
 behind and caught up, and re-run batches. The current table must equal ``rebuild_tables`` of
@@ -90,6 +90,10 @@ def change_log(steps: list[tuple[int, int, int, int]], cuts: list[int]) -> pa.Ta
             emit("clear")
             for rid, text in s.rows.items():
                 emit("insert", rid, text)
+            continue
+        if kind == 6:  # the source emptied its table (Debezium's truncate): seq starts again
+            s.rows, s.seq = {}, 0
+            emit("truncate")
             continue
         s.seq += 1
         rid = f"r{pick % 7}"
@@ -267,7 +271,7 @@ def check(log: pa.Table, model: ModelTables, end: EndMode) -> None:
 STEPS = st.lists(
     st.tuples(
         st.integers(0, SESSIONS - 1),
-        st.integers(0, 5),
+        st.integers(0, 6),
         st.integers(0, 20),
         st.integers(0, 4),
     ),
@@ -338,6 +342,23 @@ def test_snapshot_closes_unlisted_rows_and_reopens_listed_ones() -> None:
         {"index": 2, "closed_at": None, "closed_by": None},
     ]
     assert _keys(kept.live) == [("t", "s", "a"), ("t", "s", "b")]
+
+
+def test_a_truncate_closes_every_open_version_as_truncate() -> None:
+    batch = changes(
+        ["insert", "truncate", "insert", "clear", "insert"], ["d", None, "a", None, "a"]
+    )
+    plan = plan_batch(live_of("a", "b"), batch)
+    assert plan.closes.to_pylist() == [
+        {"topic": "t", "session": "s", "row_id": "a", "index": 1, "closed_by": "truncate"},
+        {"topic": "t", "session": "s", "row_id": "b", "index": 1, "closed_by": "truncate"},
+    ]
+    assert plan.versions.to_pylist() == [
+        {"index": 0, "closed_at": 1, "closed_by": "truncate"},
+        {"index": 2, "closed_at": 3, "closed_by": "snapshot"},
+        {"index": 4, "closed_at": None, "closed_by": None},
+    ]
+    assert plan.upserts.to_pylist() == [4] and _keys(plan.deletes) == [("t", "s", "b")]
 
 
 def test_versions_end_at_the_next_change_of_their_key_or_a_wipe() -> None:

@@ -2,15 +2,17 @@
 
 The change rows of a session, applied in order, give its table:
 
-* ``clear`` and ``reset`` empty the table (a snapshot's ``clear`` is followed by its inserts;
+* ``clear``, ``truncate`` and ``reset`` empty the table (a snapshot's ``clear`` is followed by
+  its inserts; a ``truncate`` is the source emptying its table, e.g. Debezium's ``op = "t"``;
   a ``reset`` means the session broke a rule and is unknown until its next snapshot),
 * ``insert`` / ``update`` set the row, ``delete`` removes it,
 * ``end`` leaves the table as it is (the session's final table).
 
-Order: by ``topic``, ``partition``, ``offset``, then within one offset ``clear``/``reset``
-first, the row changes, ``end`` last, and finally the order rows have in the input. The op rank
-makes the result independent of how a dataset's files happen to be listed (the rows of one
-offset cannot conflict otherwise: a snapshot's inserts name distinct rows).
+Order: by ``topic``, ``partition``, ``offset``, then within one offset the ops of
+:data:`CLEARING_OPS` first, the row changes, ``end`` last, and finally the order rows have in
+the input. The op rank makes the result independent of how a dataset's files happen to be
+listed (the rows of one offset cannot conflict otherwise: a snapshot's inserts name distinct
+rows).
 
 Every session that appears in the change log is in the result, with an empty table if it has
 no rows (e.g. after a ``reset``).
@@ -38,6 +40,10 @@ NON_ROW_COLUMNS = frozenset(
     {"topic", "partition", "offset", "kafka_ts", "session", "seq", "op", "row_id", "batch_id"}
 )
 _REQUIRED = ("topic", "partition", "offset", "session", "op", "row_id")
+
+#: Change-log ops that empty a session's table: a snapshot starting (``clear``), the source
+#: emptying its table (``truncate``), a session reset after a broken rule (``reset``).
+CLEARING_OPS = ("clear", "truncate", "reset")
 
 
 def read_changes(
@@ -110,9 +116,9 @@ def ordered_changes(changes: pa.Table) -> pa.Table:
     if missing:
         raise InorderError(f"not a session change log: missing column(s) {', '.join(missing)}")
     ops = changes.column("op")
-    # Within one offset: clear/reset (0), then row changes (1), then end (2).
+    # Within one offset: the clearing ops (0), then row changes (1), then end (2).
     rank = pc.if_else(
-        pc.is_in(ops, value_set=pa.array(["clear", "reset"])),
+        pc.is_in(ops, value_set=pa.array(CLEARING_OPS)),
         pa.scalar(0, pa.int8()),
         pc.if_else(pc.equal(ops, "end"), pa.scalar(2, pa.int8()), pa.scalar(1, pa.int8())),
     )
@@ -164,7 +170,7 @@ def rebuild_tables(
             current[rid] = row
         elif op == "delete":
             current.pop(rid, None)
-        elif op == "clear" or op == "reset":
+        elif op in CLEARING_OPS:
             current.clear()
         # "end": the table stays as it is
     return tables
@@ -184,13 +190,15 @@ WITH c AS (
     SELECT *, row_number() OVER (
         PARTITION BY topic, session
         ORDER BY "partition", "offset",
-                 CASE op WHEN 'clear' THEN 0 WHEN 'reset' THEN 0 WHEN 'end' THEN 2 ELSE 1 END,
+                 CASE WHEN op IN ('clear', 'truncate', 'reset') THEN 0
+                      WHEN op = 'end' THEN 2 ELSE 1 END,
                  __ordinal
     ) AS pos
     FROM changes
 ),
 cut AS (
-    SELECT topic, session, max(pos) FILTER (WHERE op IN ('clear', 'reset')) AS cut_pos
+    SELECT topic, session,
+           max(pos) FILTER (WHERE op IN ('clear', 'truncate', 'reset')) AS cut_pos
     FROM c GROUP BY topic, session
 ),
 latest AS (

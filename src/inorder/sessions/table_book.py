@@ -5,9 +5,9 @@ and when a session ends or is reset) that lets readers get a session's table wit
 its log. This module holds the planning only, no I/O:
 
 * :class:`TableBook` keeps every live session's table by applying change rows with the rules
-  of :func:`inorder.sessions.rebuild_tables` (``clear``/``reset`` empty the table, ``insert``
-  / ``update`` set a row, ``delete`` removes it), and reports the sessions an ``end`` or a
-  ``reset`` drops, with their table at that moment.
+  of :func:`inorder.sessions.rebuild_tables` (``clear``, ``truncate`` and ``reset`` empty the
+  table, ``insert`` / ``update`` set a row, ``delete`` removes it), and reports the sessions an
+  ``end`` or a ``reset`` drops, with their table at that moment.
 * :func:`due` says which batches write every live session.
 * :func:`materialize` turns a session's engine state into table rows.
 
@@ -132,7 +132,7 @@ class TableBook:
                 table.rows[c.row_id] = c.row  # type: ignore[index]
             elif op == "delete":
                 table.rows.pop(c.row_id, None)  # type: ignore[arg-type]
-            elif op == "clear":
+            elif op == "clear" or op == "truncate":  # the session goes on, empty
                 table.rows = {}
             elif op == "reset":
                 del tables[key]

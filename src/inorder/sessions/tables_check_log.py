@@ -14,7 +14,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from inorder.sessions.rebuild import NON_ROW_COLUMNS, ordered_changes, rebuild_tables
+from inorder.sessions.rebuild import (
+    CLEARING_OPS,
+    NON_ROW_COLUMNS,
+    ordered_changes,
+    rebuild_tables,
+)
 from inorder.sessions.tables_plan import EndMode
 
 #: Differences shown per table.
@@ -216,7 +221,7 @@ class ChangeLogView:
                     rows.pop(rid, None)
                 else:
                     rows[rid], opened = values[i], True
-            elif op in ("clear", "reset") or (op == "end" and self.drop):
+            elif op in CLEARING_OPS or (op == "end" and self.drop):
                 if before is not None:
                     for r, v in rows.items():
                         before.setdefault((*session, r), v)

@@ -15,15 +15,18 @@ row key, with the rules of :func:`~inorder.sessions.rebuild_tables`:
 * ``clear`` (a snapshot starts) removes every row of the session: rows the snapshot lists
   again come back as its ``insert`` rows, so rows it no longer lists are deleted, and every
   open version is closed by ``snapshot`` (the snapshot's rows open new versions),
+* ``truncate`` (the source emptied its table, e.g. Debezium's ``op = "t"``) removes every row
+  of the session, each open version closed by ``truncate``: the same effect as an empty
+  snapshot, but a reader of the history can tell a deliberate emptying from a re-listing,
 * ``reset`` removes every row (closed by ``reset``),
 * ``end`` keeps the session's rows (``end="keep"``, like the change log: its final table) or
   removes them (``end="drop"``, closed by ``end``).
 
 The walk is column-wise (numpy over the Arrow columns), not a Python loop per change: a
-version opened at change ``i`` ends at the earlier of the next
-change of its row key and the next wipe (``clear``, ``reset``, dropping ``end``) of its
-session; a version open before the batch ends at the first change of its key if that comes
-before the session's first wipe, else at that wipe.
+version opened at change ``i`` ends at the earlier of the next change of its row key and the
+next wipe (``clear``, ``truncate``, ``reset``, dropping ``end``) of its session; a version open
+before the batch ends at the first change of its key if that comes before the session's first
+wipe, else at that wipe.
 
 Changes are referred to by their position in the batch (``index``), so the caller builds the
 tables' rows from the change log's Arrow columns with ``take``. The planner only needs the
@@ -44,7 +47,7 @@ EndMode = Literal["keep", "drop"]
 END_MODES: tuple[str, ...] = ("keep", "drop")
 
 #: ``closed_by`` of a history version: what ended it.
-CLOSED_BY = ("update", "delete", "snapshot", "reset", "end")
+CLOSED_BY = ("update", "delete", "snapshot", "reset", "end", "truncate")
 
 #: Live row keys: one row per ``(topic, session, row_id)`` holding a row.
 LIVE_SCHEMA = pa.schema(
@@ -56,7 +59,7 @@ LIVE_SCHEMA = pa.schema(
 )
 _KEYS = ("topic", "session", "row_id")
 _ROW_OPS = pa.array(["insert", "update", "delete"])
-_OPS = pa.array(["insert", "update", "delete", "clear", "reset", "end"])
+_OPS = pa.array(["insert", "update", "delete", "clear", "reset", "end", "truncate"])
 
 CLOSES_SCHEMA = pa.schema([*LIVE_SCHEMA, pa.field("index", pa.int64()), ("closed_by", pa.string())])
 VERSIONS_SCHEMA = pa.schema(
@@ -105,9 +108,13 @@ def live_table(keys: pa.Table) -> pa.Table:
     )
 
 
-_INSERT, _UPDATE, _DELETE, _CLEAR, _RESET, _END = range(6)  # positions in _OPS
+_INSERT, _UPDATE, _DELETE, _CLEAR, _RESET, _END, _TRUNCATE = range(7)  # positions in _OPS
 # Codes of CLOSED_BY.
-_BY_UPDATE, _BY_DELETE, _BY_SNAPSHOT, _BY_RESET, _BY_END = range(5)
+_BY_UPDATE, _BY_DELETE, _BY_SNAPSHOT, _BY_RESET, _BY_END, _BY_TRUNCATE = range(6)
+# What each wiping op closes versions with (indexed by op code; row ops never wipe).
+_WIPE_REASON = np.array(
+    [_BY_UPDATE, _BY_UPDATE, _BY_DELETE, _BY_SNAPSHOT, _BY_RESET, _BY_END, _BY_TRUNCATE]
+)
 
 
 def plan_batch(live: pa.Table, changes: pa.Table, end: EndMode = "keep") -> BatchPlan:
@@ -131,8 +138,8 @@ def plan_batch(live: pa.Table, changes: pa.Table, end: EndMode = "keep") -> Batc
     idx = np.arange(n, dtype=np.int64)
     none = n  # "no such change": after every index
 
-    wipe = (op == _CLEAR) | (op == _RESET) | ((op == _END) & (end == "drop"))
-    reason = np.where(op == _CLEAR, _BY_SNAPSHOT, np.where(op == _RESET, _BY_RESET, _BY_END))
+    wipe = (op == _CLEAR) | (op == _TRUNCATE) | (op == _RESET) | ((op == _END) & (end == "drop"))
+    reason = _WIPE_REASON[op]
     next_wipe = _next_in_group(session, np.where(wipe, idx, none), none)
     session_wipe = np.full(int(sessions.max(initial=-1)) + 1, none, np.int64)
     np.minimum.at(session_wipe, session[wipe], idx[wipe])  # each session's first wipe
