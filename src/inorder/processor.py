@@ -73,7 +73,18 @@ class Context(Protocol):
 
     @property
     def key(self) -> bytes | None:
-        """Raw Kafka record key."""
+        """Raw Kafka record key (the same as :attr:`kafka_key`)."""
+        ...
+
+    @property
+    def kafka_key(self) -> bytes | None:
+        """The Kafka record's key, raw bytes: not the state key (see :attr:`state_key`)."""
+        ...
+
+    @property
+    def state_key(self) -> str | None:
+        """The state key this call is for: ``Processor.key(msg)``, or the key whose timeout
+        or reset this is. ``None`` outside a call."""
         ...
 
     @property

@@ -9,7 +9,9 @@ policy stops at a violation.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,8 +26,9 @@ from inorder.engine.violations import ViolationEvent
 from inorder.errors import ConfigError
 from inorder.integrity import MIN_REJECTED, Integrity, check_fits
 from inorder.pipeline.progress import RunSummary, format_summary
+from inorder.processor import Context, Duplicate, Processor
 from inorder.records import KafkaRecord
-from inorder.sessions import Debezium, SessionTables, rebuild_tables
+from inorder.sessions import Change, Debezium, DebeziumCodec, SessionTables, rebuild_tables
 from inorder.sessions.envelope_apply import REDELIVERY_WINDOW
 
 T0 = datetime(2024, 11, 7, tzinfo=UTC)
@@ -181,3 +184,57 @@ def _table(runner: ReferenceRunner) -> Any:
     import pyarrow as pa
 
     return pa.Table.from_pylist(runner.result.rows)
+
+
+@dataclasses.dataclass
+class Seen:
+    """How many changes a table had, and the last source position applied."""
+
+    changes: int = 0
+    position: list[int | str] | None = None
+
+
+@dataclasses.dataclass
+class SeenRow:
+    table: str
+    kafka_key: str
+    changes: int
+
+
+class CountChanges(Processor[Change, Seen, SeenRow]):
+    """A user's own processor over Debezium events: the public codec and change type."""
+
+    def key(self, msg: Change) -> str:
+        return msg.session
+
+    def initial_state(self, key: str) -> Seen:
+        return Seen()
+
+    def process(self, state: Seen, msg: Change, ctx: Context) -> Iterable[SeenRow]:
+        if msg.tombstone:
+            return []
+        if msg.position is not None:
+            here = list(msg.position)
+            if state.position is not None and here <= state.position:
+                raise Duplicate(f"{here} applied before")
+            state.position = here
+        state.changes += 1
+        assert ctx.state_key == msg.session and ctx.kafka_key == ctx.key
+        return [SeenRow(str(ctx.state_key), (ctx.kafka_key or b"").decode(), state.changes)]
+
+    def default_codec(self) -> DebeziumCodec:
+        return Debezium().codec("id")
+
+
+def test_a_custom_processor_gets_typed_changes_positions_and_named_keys() -> None:
+    _, tombstone = fixture("postgres", "tombstone")
+    events = [*ORIGINAL, ORIGINAL[-1]]
+    records = [KafkaRecord("dbz", 0, i, b'{"id": 1}', v, T0) for i, v in enumerate(events)]
+    records.append(KafkaRecord("dbz", 0, len(records), b'{"id": 1}', tombstone, T0))
+    proc = CountChanges()
+    runner = ReferenceRunner(proc, proc.default_codec(), Integrity.strict())
+    runner.run_batch(records, 0, T0)
+    assert [r["changes"] for r in runner.result.rows] == list(range(1, 11))
+    assert {r["table"] for r in runner.result.rows} == {PG_TABLE}
+    assert runner.result.rows[0]["kafka_key"] == '{"id": 1}'
+    assert counted(runner, "duplicates") == 1  # the re-sent last event; the tombstone skipped

@@ -96,6 +96,16 @@ class EngineContext:
     # -- read side (Context protocol) --------------------------------------------------------
 
     @property
+    def kafka_key(self) -> bytes | None:
+        """The Kafka record's key (raw bytes)."""
+        return self.key
+
+    @property
+    def state_key(self) -> str | None:
+        """The state key of the current call."""
+        return self.current_key
+
+    @property
     def timestamp(self) -> datetime | None:
         """Kafka record timestamp (UTC), if any."""
         ts = self._ts_us

@@ -1,6 +1,6 @@
 """Snapshot/update session tables: the processor, its codec, change-log rebuild, full tables."""
 
-from inorder.sessions.debezium import Debezium
+from inorder.sessions.debezium import Debezium, DebeziumCodec
 from inorder.sessions.envelopes import FieldMapping
 from inorder.sessions.materializer import read_materialized
 from inorder.sessions.messages import (
@@ -19,6 +19,7 @@ from inorder.sessions.rebuild import rebuild_tables, rebuild_tables_duckdb
 __all__ = [
     "Change",
     "Debezium",
+    "DebeziumCodec",
     "Delete",
     "End",
     "FieldMapping",

@@ -166,7 +166,7 @@ class DebeziumCodec:
         """Decode one Debezium record (``key`` names the session or a deleted row if needed)."""
         if value is None:  # the tombstone after a delete: skipped by contract
             session = self.envelope.record_session(key) if key is not None else None
-            return Change("skip", session or "")
+            return Change("skip", session or "", tombstone=True)
         try:
             event = self._decoder.decode(value)
         except msgspec.ValidationError as exc:

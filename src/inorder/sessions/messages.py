@@ -102,6 +102,8 @@ class Change(msgspec.Struct, gc=False):
     ts: float | None = None
     position: tuple[int | str, ...] | None = None
     snapshot_last: bool = False
+    #: A ``skip`` for a Kafka tombstone (a null value after a delete, for compaction).
+    tombstone: bool = False
 
 
 _delete_types: dict[str, type[Delete]] = {}
