@@ -146,7 +146,7 @@ def test_rendered_values_are_escaped() -> None:
             {
                 "topic": evil, "partition": 0, "committed": 1, "end_offset": None, "lag": None,
                 "records_per_second": None, "last_batch_at": None, "state_keys": None,
-                "state_bytes": None, "events": 0, "resets": 0,
+                "state_bytes": None, "events": 0, "resets": 0, "ignored": 0,
             }
         ],
         "batches": [],
@@ -158,3 +158,25 @@ def test_rendered_values_are_escaped() -> None:
     }  # fmt: skip
     html = render_live(doc)
     assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_records_ignored_after_resets_are_shown_with_the_first_reset() -> None:
+    part = {
+        "topic": "site-a", "partition": 1, "committed": 90, "end_offset": 90, "lag": 0,
+        "records_per_second": None, "last_batch_at": None, "state_keys": None,
+        "state_bytes": None, "events": 2, "resets": 2, "ignored": 57,
+    }  # fmt: skip
+    resets = [
+        {"kind": "reset", "rule": "session reset", "topic": "site-a", "partition": 1,
+         "batch_id": b, "first_offset": o, "last_offset": o, "count": 1, "replay": "", "key": "S"}
+        for b, o in ((3, 71), (1, 12))
+    ]  # fmt: skip
+    doc = {
+        "checkpoint": "c", "broker": "reachable", "running": None, "last_committed_batch": 3,
+        "batches_in_log": 4, "partitions": [part], "batches": [], "events": [],
+        "resets": resets, "history_recorded": True, "state": [],
+        "output": {"kind": "parquet", "location": "o", "files": 1, "rows": 1, "bytes": 1},
+    }  # fmt: skip
+    html = render_live(doc)
+    assert "57 later records of reset sessions ignored since offset 12" in html
+    assert 'data-field="ignored">57<' in html

@@ -36,6 +36,8 @@ class BatchProgress:
     ignored: int = 0
     #: Records skipped as a source's redelivery: handled exactly, not set aside.
     duplicates: int = 0
+    #: ``ignored`` by ``topic[partition]`` (only partitions that had any).
+    ignored_by_partition: dict[str, int] = field(default_factory=dict)
 
 
 #: ``inorder run``'s exit code when the run ended normally but its policy set data aside

@@ -62,6 +62,11 @@ def batch_progress(batch_id: int, report: Any, progress: dict[str, Any]) -> Batc
         dead_letters=int(getattr(report, "dead_letters", 0)),
         ignored=int(getattr(report, "ignored", 0)),
         duplicates=int(getattr(report, "duplicates", 0)),
+        ignored_by_partition={
+            f"{p.topic}[{p.partition}]": p.counters["ignored"]
+            for p in getattr(report, "partitions", ())
+            if p.counters.get("ignored")
+        },
     )
 
 

@@ -119,6 +119,7 @@ def _partitions(doc: Mapping[str, Any]) -> str:
         ("state bytes", True),
         ("integrity events", True),
         ("session resets", True),
+        ("ignored since", True),
     ]
     rows, attrs = [], []
     for p in doc["partitions"]:
@@ -136,6 +137,8 @@ def _partitions(doc: Mapping[str, Any]) -> str:
                 _bytes(p["state_bytes"]),
                 f'<span class="{"bad" if p["events"] else ""}">{_n(p["events"])}</span>',
                 _n(p["resets"]),
+                f'<span class="{"bad" if p["ignored"] else ""}" data-field="ignored">'
+                f"{_n(p['ignored'])}</span>",
             ]
         )
     note = ""
@@ -251,8 +254,25 @@ def _events(doc: Mapping[str, Any]) -> str:
         "<section><h2>Integrity events<small>by batch, partition and rule; offsets: the "
         f"batch's range</small></h2>{_table(head, [row(e) for e in doc['events']])}{note}"
         "</section><section><h2>Session resets<small>newest first; rule: the session"
-        f"</small></h2>{_table(head, [row(e) for e in doc['resets']])}</section>"
+        f"</small></h2>{_ignored(doc)}{_table(head, [row(e) for e in doc['resets']])}</section>"
     )
+
+
+def _ignored(doc: Mapping[str, Any]) -> str:
+    """One line per partition whose reset sessions had later records ignored."""
+    first: dict[str, int] = {}
+    for e in doc["resets"]:  # newest first: the last one seen is the oldest reset shown
+        first[f"{e['topic']}[{e['partition']}]"] = e["first_offset"]
+    lines = [
+        f"<code>{escape(tp)}</code>: {p['ignored']:,} later records of reset sessions ignored"
+        + (f" since offset {first[tp]:,}" if tp in first else "")
+        for p in doc["partitions"]
+        if p["ignored"]
+        for tp in [f"{p['topic']}[{p['partition']}]"]
+    ]
+    if not lines:
+        return ""
+    return '<p class="bad" data-field="ignored-since">' + "<br>".join(lines) + "</p>"
 
 
 def _state_and_output(doc: Mapping[str, Any]) -> str:

@@ -32,6 +32,9 @@ class PartitionRow:
     state_bytes: int | None = None
     events: int = 0
     resets: int = 0
+    #: Records of reset sessions skipped since (until each session's next snapshot), over
+    #: the batch history kept.
+    ignored: int = 0
 
 
 @dataclass

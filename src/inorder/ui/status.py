@@ -280,8 +280,13 @@ class StatusSource:
             log, infos, self._ends, spark_lag, self._state, events_by_partition(events)
         )
         resets = events_by_partition(self._output.resets)
+        ignored: dict[str, int] = {}
+        for line in (history or {}).values():
+            for name, n in (line.get("ignored_by_partition") or {}).items():
+                ignored[name] = ignored.get(name, 0) + int(n)
         for row in partitions:
             row.resets = resets.get(TopicPartition(row.topic, row.partition), 0)
+            row.ignored = ignored.get(f"{row.topic}[{row.partition}]", 0)
         shown = infos[-BATCHES_SHOWN:]
         output = self._output
         return {
