@@ -194,11 +194,6 @@ def test_a_pattern_lists_its_topics_and_warns_when_it_matches_none(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PipelineRunner._run must call p.source.check(..., bounded='processingTime' not in "
-    "trigger) (runner.py, outside this change)",
-)
 @pytest.mark.parametrize("trigger", ["available-now", "once"])
 def test_a_pattern_matching_nothing_is_refused_when_the_run_would_end(
     kafka: Any, tmp_path: Path, trigger: str
