@@ -229,7 +229,7 @@ def test_truncate_clears_and_message_is_skipped() -> None:
         KafkaRecord("dbz", 0, 3, None, msgspec.json.encode(truncate), T0),
     ]
     _, rows = run(recs)
-    assert changes(rows)[-1] == (MY_TABLE, 0, "clear", None)
+    assert changes(rows)[-1] == (MY_TABLE, 0, "truncate", None)
     assert rebuild_tables(pa.Table.from_pylist(rows)) == {("dbz", MY_TABLE): {}}
 
 

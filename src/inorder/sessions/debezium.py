@@ -11,7 +11,7 @@ carries ``op``, ``before``, ``after`` and ``source``; it maps onto the session o
 ``c``                  ``insert`` of ``after``
 ``u``                  ``update``: ``after`` replaces the row
 ``d``                  ``delete`` of the row named by ``before`` (or by the Kafka key)
-``t``                  ``snapshot`` with no rows (a truncate empties the table)
+``t``                  ``truncate``: the table is emptied (history versions close as such)
 ``m``                  ``skip`` (a logical decoding message is no row change)
 null value             ``skip`` (the tombstone Kafka compaction needs after a delete)
 =====================  =================================================================
@@ -200,7 +200,7 @@ class DebeziumCodec:
                 return Change("upsert", session, row=row)
             return Change("read", session, row=row, snapshot_last=marker in _LAST_MARKERS)
         if op == "t":
-            return Change("snapshot", session, rows=[], position=_position(source))
+            return Change("truncate", session, position=_position(source))
         raise DecodeError(
             f"invalid Debezium event: unknown op {op!r} (expected c, u, d, r, t or m)"
         )

@@ -37,6 +37,7 @@ from inorder.sessions.messages import (
     Insert,
     SessionMessage,
     Snapshot,
+    Truncate,
     Update,
     row_id_of,
 )
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from inorder.sessions.processor import EnvelopeState
 
 #: Operations after which the session's table is whole again (a violation may restart on them).
-STARTING_OPS = frozenset({"snapshot", "read"})
+STARTING_OPS = frozenset({"snapshot", "read", "truncate"})
 
 #: How many of a session's last applied source positions are kept, with a digest of each
 #: event, to tell a redelivered event from a different one at an old position.
@@ -68,6 +69,8 @@ def translate(
     started = state.started
     if op == "snapshot":
         return [Snapshot(session, _seq(change, 0), change.rows or [], change.ts)]
+    if op == "truncate":
+        return [Truncate(session, _seq(change, 0), change.ts)]
     if op == "read":
         if started and state.reading:
             return [Insert(session, _seq(change, state.seq + 1), _row(change), change.ts)]

@@ -75,11 +75,23 @@ class End(msgspec.Struct, tag_field="type", tag="end", gc=False):
     ts: float | None = None
 
 
+class Truncate(msgspec.Struct, tag_field="type", tag="truncate", gc=False):
+    """The source emptied the session's table (Debezium ``op = "t"``). Not part of the JSON
+    contract: envelopes produce it; it starts the session over, empty, like an empty snapshot,
+    but its change row says ``truncate`` so history versions close as truncated."""
+
+    session: str
+    seq: int
+    ts: float | None = None
+
+
 #: Any session message.
-SessionMessage: TypeAlias = Snapshot | Insert | Update | Delete | End
+SessionMessage: TypeAlias = Snapshot | Insert | Update | Delete | End | Truncate
 
 #: Operations of a :class:`Change` (see its docstring).
-CHANGE_OPS = frozenset({"snapshot", "insert", "update", "delete", "end", "read", "upsert", "skip"})
+CHANGE_OPS = frozenset(
+    {"snapshot", "insert", "update", "delete", "end", "read", "upsert", "skip", "truncate"}
+)
 
 
 class Change(msgspec.Struct, gc=False):

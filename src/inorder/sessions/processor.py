@@ -45,6 +45,7 @@ from inorder.sessions.messages import (
     SessionCodec,
     SessionMessage,
     Snapshot,
+    Truncate,
     Update,
     row_id_of,
 )
@@ -56,7 +57,7 @@ from inorder.sessions.typed_rows import (
 )
 
 #: Change-row operations (the ``op`` column).
-OPS = ("insert", "update", "delete", "clear", "reset", "end")
+OPS = ("insert", "update", "delete", "clear", "reset", "end", "truncate")
 
 #: The rule a typed row with fields its ``row_type`` lacks breaks: the run always stops.
 SCHEMA_DRIFT = "schema_drift"
@@ -317,6 +318,8 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
             return out
         if kind is _CHANGE:
             return self._process_change(state, msg, ctx)  # type: ignore[arg-type]
+        if kind is Truncate:
+            return self._truncate(state, msg, ctx)
         if not state.started or msg.seq != state.seq + 1:
             raise self._sequence_violation(state, msg)
         if kind is End:
@@ -370,6 +373,15 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
             )
         return rid
 
+    def _truncate(self, state: SessionState, msg: SessionMessage, ctx: Context) -> list[Any]:
+        # Always accepted, like a snapshot: the session goes on with an empty table.
+        state.rows = {}
+        state.seq = msg.seq
+        state.started = True
+        if self.inactivity_timeout is not None:
+            ctx.set_timeout(self.inactivity_timeout)
+        return [self.out_type(ctx.timestamp, msg.session, msg.seq, "truncate")]
+
     def _end(self, state: SessionState, msg: SessionMessage, ctx: Context) -> list[Any]:
         state.seq = msg.seq
         state.started = False
@@ -417,6 +429,8 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         kind = type(msg)
         if kind is _CHANGE:
             return self._process_change(state, msg, ctx)  # type: ignore[arg-type]
+        if kind is Truncate:
+            return self._truncate(state, msg, ctx)
         if kind is not Snapshot and (not state.started or msg.seq != state.seq + 1):
             raise self._sequence_violation(state, msg)
         out = self._apply_typed(state, msg, ctx)
