@@ -6,8 +6,19 @@
 # those. Then the unit suite and one end-to-end run on the oldest and newest supported Python
 # that the whole suite did not use (INORDER_TEST_OTHER_PYTHONS=0 skips them). Extra arguments
 # go to pytest and run that subset only, e.g. scripts/test.sh tests/unit
+#
+# Inner loop: `scripts/test.sh --changed [BASE]` runs, without the soak tests, only the test
+# files that cover the files changed since BASE (default HEAD: uncommitted and untracked
+# changes), as scripts/changed_tests.py selects them; nothing else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+changed=0
+if [ "${1:-}" = "--changed" ]; then
+  changed=1
+  shift
+  base=${1:-HEAD}
+  [ "$#" -gt 0 ] && shift
+fi
 bash scripts/setup.sh
 VENV=${INORDER_VENV:-.venv}
 export PYSPARK_PYTHON="$PWD/$VENV/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/$VENV/bin/python"
@@ -20,8 +31,17 @@ echo "== mypy --strict (package)"
 echo "== pytest"
 set +e
 markers=()
-if [ "${INORDER_TEST_QUICK:-0}" = "1" ]; then
+if [ "${INORDER_TEST_QUICK:-0}" = "1" ] || [ "$changed" = "1" ]; then
   markers=(-m "not slow")
+fi
+if [ "$changed" = "1" ]; then
+  mapfile -t selected < <("$VENV/bin/python" scripts/changed_tests.py "$base")
+  if [ "${#selected[@]}" = "0" ]; then
+    echo "== no test covers the files changed since $base"
+    exit 0
+  fi
+  echo "== ${#selected[@]} test file(s) cover the files changed since $base"
+  set -- "${selected[@]}" "$@"
 fi
 # Every test's time goes to .inorder/test-times.xml (JUnit XML): `python scripts/test_times.py`
 # turns it into the time table of tests/README.md.
