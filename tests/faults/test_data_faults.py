@@ -36,7 +36,6 @@ from inorder.sinks.parquet import read_committed
 from tests.e2e.test_debezium_sessions import Event, produce, stream
 from tests.faults.conftest import MatrixRecorder
 from tests.fixtures.sessions_job import sessions_config
-from tests.integration.test_session_tables import current_tables
 
 SESSION = "postgres.inventory.customers"
 
@@ -85,10 +84,25 @@ def change_rows(work: Path, topic: str) -> list[tuple[str, str | None, str | Non
     return list(zip(mine["op"], mine["row_id"], mine["row"], strict=True))
 
 
-def nothing_committed(work: Path) -> bool:
-    """No change row committed, and the current table (when created) empty."""
+def current_table(work: Path, iceberg: bool) -> pl.DataFrame | None:
+    """The current table as written (Delta or Iceberg), ``None`` before it exists."""
+    if iceberg:
+        if not (work / "warehouse" / "catalog.db").exists():
+            return None
+        try:
+            return iceberg_table(work / "warehouse", "orders.current")
+        except Exception as exc:  # NoSuchTableError: not created yet
+            if type(exc).__name__ == "NoSuchTableError":
+                return None
+            raise
     current = work / "current"
-    empty = not current.exists() or pl.read_delta(str(current)).height == 0
+    return pl.read_delta(str(current)) if current.exists() else None
+
+
+def nothing_committed(work: Path, iceberg: bool = False) -> bool:
+    """No change row committed, and the current table (when created) empty."""
+    current = current_table(work, iceberg)
+    empty = current is None or current.height == 0
     return empty and read_committed(str(work / "output")).num_rows == 0
 
 
@@ -152,8 +166,9 @@ def test_redelivery_is_skipped_exactly(
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("tables", ["delta", "iceberg"])
 def test_a_new_column_under_row_type_stops_before_commit(
-    kafka: Any, spark: Any, tmp_path: Path, matrix: MatrixRecorder
+    tables: str, kafka: Any, spark: Any, tmp_path: Path, matrix: MatrixRecorder
 ) -> None:
     prefix = f"drift-{random.randrange(10**9)}-"
     topic = kafka.new_topic(f"{prefix}orders")
@@ -162,50 +177,67 @@ def test_a_new_column_under_row_type_stops_before_commit(
     events.insert(drift_at, _drifted_create(events[:drift_at], "discount", 5))
     produce(kafka.bootstrap_servers, topic, events)
     options = {"row_type": "tests.faults.test_data_faults:Customer"}
+    iceberg = tables == "iceberg"
+    config = debezium_config(kafka, prefix, tmp_path, options=options, iceberg=iceberg)
     with pytest.raises(InorderError, match=r"schema_drift .*discount.* add them to Customer"):
-        build_pipeline(debezium_config(kafka, prefix, tmp_path, options=options)).run()
+        build_pipeline(config).run()
     committed = read_changes(str(tmp_path / "output"))
     assert committed.num_rows > 0
     assert max(committed.column("offset").to_pylist()) < drift_at  # nothing past it
+    current = current_table(tmp_path, iceberg)
+    assert current is not None and current.height > 0
+    assert current["offset"].max() < drift_at  # type: ignore[operator]
     matrix.record(
-        group="data", fault="a new column mid-stream under row_type (schema drift)", times=1,
+        group="data", fault=f"a new column mid-stream under row_type ({tables} tables)", times=1,
         outcome="named error", ok=True,
         check="stopped naming schema_drift and the field; nothing from that record on committed",
     )  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("row_key", "rule"), [("order_id", "undecodable"), ("n", "insert_existing")]
+    ("row_key", "rule", "tables"),
+    [("order_id", "undecodable", "delta"), ("n", "insert_existing_row", "iceberg")],
 )
 def test_a_wrong_or_non_unique_key_stops_naming_the_setting(
-    row_key: str, rule: str, kafka: Any, spark: Any, tmp_path: Path, matrix: MatrixRecorder
+    row_key: str,
+    rule: str,
+    tables: str,
+    kafka: Any,
+    spark: Any,
+    tmp_path: Path,
+    matrix: MatrixRecorder,
 ) -> None:
     prefix = f"wrongkey-{row_key}-{random.randrange(10**9)}-"
     topic = kafka.new_topic(f"{prefix}orders")
     events, truth = stream("postgres", 9, rows=30, changes=200)
     produce(kafka.bootstrap_servers, topic, events)
     wrong = {"row_key": row_key}
+    iceberg = tables == "iceberg"
     # The default policy for Debezium stops at the first violation, committing nothing.
     with pytest.raises(InorderError, match=rule):
-        build_pipeline(debezium_config(kafka, prefix, tmp_path, options=wrong)).run()
-    assert nothing_committed(tmp_path)
+        build_pipeline(
+            debezium_config(kafka, prefix, tmp_path, options=wrong, iceberg=iceberg)
+        ).run()
+    assert nothing_committed(tmp_path, iceberg)
     if row_key == "order_id":
         # Setting records aside instead: a batch that rejects nearly all of them stops too.
         lenient = {"integrity": {"on_violation": "dead_letter"}}
         with pytest.raises(ConfigError, match=r"check the codec .* or processor\.options\.row_key"):
             build_pipeline(debezium_config(kafka, prefix, tmp_path, options=wrong, **lenient)).run()
-        assert nothing_committed(tmp_path)
+        assert nothing_committed(tmp_path, iceberg)
     # The key fixed: the options are part of the checkpoint's identity, so the change is
     # refused until accepted; then every record is read.
-    fixed = debezium_config(kafka, prefix, tmp_path)
+    fixed = debezium_config(kafka, prefix, tmp_path, iceberg=iceberg)
     with pytest.raises(ConfigError, match="processor options: checkpoint has"):
         build_pipeline(fixed).run()
     summary = build_pipeline(fixed).run(accept_changes=True)
     assert summary.records == len(events)
-    assert current_tables(str(tmp_path / "current"), None) == {(topic, SESSION): truth}
+    current = current_table(tmp_path, iceberg)
+    assert current is not None and table_rows(current) == {(topic, SESSION): truth}
     kind = "a wrong" if row_key == "order_id" else "a non-unique"
     matrix.record(
-        group="data", fault=f"{kind} row_key ({row_key!r})", times=1, outcome="named error",
+        group="data", fault=f"{kind} row_key ({row_key!r}, {tables} tables)", times=1,
+        outcome="named error",
         ok=True, check=f"stopped at the first {rule} (and, under dead_letter, at the batch "
         "rejecting most records) with nothing committed; the fixed key refused until accepted, "
         "then every record read and the table equal to the truth",
