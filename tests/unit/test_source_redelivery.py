@@ -98,11 +98,11 @@ def test_a_never_applied_older_position_is_a_violation() -> None:
 
 
 def test_the_window_is_bounded_and_older_redelivery_is_still_skipped() -> None:
-    many = [pg_event("u" if i else "c", 0, f"v{i}", 10 * (i + 1)) for i in range(1200)]
+    many = [pg_event("u" if i else "c", 0, f"v{i}", 10 * (i + 1)) for i in range(1300)]
     runner = run([*many, many[0]])
     assert counted(runner, "duplicates") == 1
     state = next(iter(runner.final_state().values()))
-    assert len(state.recent) == REDELIVERY_WINDOW
+    assert REDELIVERY_WINDOW <= len(state.recent) <= REDELIVERY_WINDOW * 5 // 4
 
 
 def test_debezium_defaults_to_fail_and_refuses_restart_session() -> None:

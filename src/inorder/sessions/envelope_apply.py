@@ -48,8 +48,9 @@ if TYPE_CHECKING:
 #: Operations after which the session's table is whole again (a violation may restart on them).
 STARTING_OPS = frozenset({"snapshot", "read", "truncate"})
 
-#: How many of a session's last applied source positions are kept, with a digest of each
-#: event, to tell a redelivered event from a different one at an old position.
+#: How many of a session's last applied source positions are kept (at least; up to a quarter
+#: more between trims), with a digest of each event, to tell a redelivered event from a
+#: different one at an old position.
 REDELIVERY_WINDOW = 1000
 
 _canonical = msgspec.json.Encoder(order="deterministic").encode
@@ -100,46 +101,43 @@ def translate(
     return out
 
 
-def settle(state: EnvelopeState, change: Change, digest: int | None = None) -> None:
+def settle(state: EnvelopeState, change: Change, row_key: str) -> None:
     """Record what ``change`` leaves behind once applied: a snapshot run, the last position
-    (with ``digest``, from :func:`check_position`, among the session's recent ones)."""
+    and, among the session's recent ones, a digest of the event."""
     if change.op == "skip":
         return
     state.reading = change.op == "read" and not change.snapshot_last and state.started
     if change.position is not None:
         state.position = here = list(change.position)
-        if digest is not None:
-            recent = state.recent
-            recent.append([digest, *here])
-            if len(recent) > REDELIVERY_WINDOW:
-                del recent[: len(recent) - REDELIVERY_WINDOW]
+        recent = state.recent
+        recent.append([_applied_digest(state, change, row_key), *here])
+        # Trimmed a quarter at a time: cutting one entry off the front per event moved the
+        # whole list every time.
+        if len(recent) > REDELIVERY_WINDOW + REDELIVERY_WINDOW // 4:
+            del recent[: len(recent) - REDELIVERY_WINDOW]
 
 
-def check_position(state: EnvelopeState, change: Change) -> int | None:
-    """The digest to keep for ``change``'s position (None without one), after checking it.
+def check_position(state: EnvelopeState, change: Change, row_key: str) -> None:
+    """Check ``change``'s source position against the session's applied ones.
 
     Raises :class:`~inorder.processor.Duplicate` for a redelivered event and
     :class:`Violation` (``source_order``) for an older position that is not one.
     """
     position = change.position
-    if position is None or change.op == "skip":
-        return None
-    digest = zlib.crc32(_canonical((change.op, change.row_id, change.row, change.rows)))
     last = state.position
-    if last is None:
-        return digest
+    if position is None or last is None or change.op == "skip":
+        return
     here = list(position)
     try:
-        again = here <= last
+        if not here <= last:
+            return
     except TypeError:  # positions of another shape (a source changed): nothing to compare
-        return digest
-    if not again:
-        return digest
+        return
     where = f"session {change.session!r}: {change.op} at source position {here}"
     recent = state.recent
     for entry in reversed(recent):
         if entry[1:] == here:
-            if entry[0] == digest:
+            if entry[0] == _incoming_digest(change, row_key):
                 raise Duplicate(f"{where}: applied before (the source delivered it again)")
             raise Violation(
                 "source_order", f"{where}: a different event was applied at this position"
@@ -151,6 +149,29 @@ def check_position(state: EnvelopeState, change: Change) -> int | None:
     if inside or (not recent and here != last):
         raise Violation("source_order", f"{where} after {last}: never applied, and older")
     raise Duplicate(f"{where}: older than the last {len(recent)} positions kept, skipped")
+
+
+def _digest(op: str, row_id: str, text: str) -> int:
+    return zlib.crc32(f"{op}\x00{row_id}\x00{text}".encode())
+
+
+def _applied_digest(state: EnvelopeState, change: Change, row_key: str) -> int:
+    # The row's canonical JSON was just stored by the apply: not encoded a second time.
+    row = change.row
+    if row is None:
+        rid = change.row_id
+        return _digest(change.op, "" if rid is None else str(rid), "")
+    rid = row_id_of(row, row_key) or ""
+    return _digest(change.op, rid, state.rows.get(rid, ""))
+
+
+def _incoming_digest(change: Change, row_key: str) -> int:
+    # The same digest for an event not applied: its row encoded as the apply would store it.
+    row = change.row
+    if row is None:
+        rid = change.row_id
+        return _digest(change.op, "" if rid is None else str(rid), "")
+    return _digest(change.op, row_id_of(row, row_key) or "", _canonical(row).decode())
 
 
 def _seq(change: Change, default: int) -> int:

@@ -340,14 +340,14 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         """An envelope's operation, as the contract messages it stands for."""
         envelope = self.envelope
         require = envelope.require_snapshot if envelope is not None else True
-        digest = check_position(state, change)  # type: ignore[arg-type]
+        check_position(state, change, self.row_key)  # type: ignore[arg-type]
         messages = translate(state, change, self.row_key, require)  # type: ignore[arg-type]
         if not messages and not state.started:
             ctx.reset_session()  # a skipped record must not leave an empty session behind
         out: list[Any] = []
         for msg in messages:
             out += self.process(state, msg, ctx)
-        settle(state, change, digest)  # type: ignore[arg-type]
+        settle(state, change, self.row_key)  # type: ignore[arg-type]
         return out
 
     def _sequence_violation(self, state: SessionState, msg: SessionMessage) -> Violation:
