@@ -238,3 +238,19 @@ def test_a_custom_processor_gets_typed_changes_positions_and_named_keys() -> Non
     assert {r["table"] for r in runner.result.rows} == {PG_TABLE}
     assert runner.result.rows[0]["kafka_key"] == '{"id": 1}'
     assert counted(runner, "duplicates") == 1  # the re-sent last event; the tombstone skipped
+
+
+def test_row_type_is_imported_from_the_working_directory(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As processor.type is: a pipeline file's row type may live beside it.
+    (tmp_path / "my_rows_beside_the_file.py").write_text(
+        "from dataclasses import dataclass\n\n"
+        "@dataclass\nclass Order:\n    id: int\n    total: float\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", ".")])
+    proc = SessionTables(row_type="my_rows_beside_the_file:Order")
+    assert proc.row_type is not None and proc.row_type.__name__ == "Order"
+    with pytest.raises(ConfigError, match="row_type: module 'my_rows_beside_the_file' has no"):
+        SessionTables(row_type="my_rows_beside_the_file:Missing")

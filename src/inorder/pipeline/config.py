@@ -9,8 +9,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import importlib
-import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +20,7 @@ from inorder.integrity import POLICIES, REJECT_LIMIT, Integrity
 from inorder.pipeline.config_outputs import check_outputs
 from inorder.pipeline.settings import SECTIONS
 from inorder.processor import Processor
+from inorder.references import import_reference
 
 Config = dict[str, dict[str, Any]]
 
@@ -141,26 +140,6 @@ def _check_values(config: Config, origin: str) -> None:
     if not 0 < integrity["reject_limit"] <= 1:
         raise ConfigError(f"{origin}: integrity.reject_limit must be above 0 and at most 1")
     check_outputs(config, origin)
-
-
-def import_reference(reference: str, what: str) -> Any:
-    """Import ``module:attribute`` (the current directory is importable)."""
-    module_name, sep, attribute = reference.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ConfigError(f"{what}: expected 'module:attribute', not {reference!r}")
-    if "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, "")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"{what}: cannot import module {module_name!r}: {exc}") from None
-    target: Any = module
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise ConfigError(f"{what}: module {module_name!r} has no {attribute!r}") from None
-    return target
 
 
 def _make_processor(config: Config) -> Processor[Any, Any, Any]:

@@ -33,6 +33,7 @@ from inorder.durations import parse_duration
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.processor import Context, Processor, Violation
+from inorder.references import import_reference
 from inorder.sessions.envelope_apply import STARTING_OPS, check_position, settle, translate
 from inorder.sessions.envelopes import Envelope, envelope_from_options
 from inorder.sessions.messages import (
@@ -51,7 +52,6 @@ from inorder.sessions.messages import (
 )
 from inorder.sessions.rules import delete_id, existing, missing, tag
 from inorder.sessions.typed_rows import (
-    import_reference,
     row_fields,
     typed_change_type,
 )
@@ -136,7 +136,7 @@ class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):
         if inactivity_timeout is not None and inactivity_timeout <= timedelta(0):
             raise ConfigError("inactivity_timeout: must be positive")
         resolved: type[Any] | None = (
-            import_reference(row_type) if isinstance(row_type, str) else row_type
+            import_reference(row_type, "row_type") if isinstance(row_type, str) else row_type
         )
         if isinstance(envelope, Mapping):
             envelope = envelope_from_options(envelope)

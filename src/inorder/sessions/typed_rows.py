@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import threading
 import typing
 from datetime import datetime
@@ -11,6 +10,7 @@ from typing import Any
 import msgspec
 
 from inorder.errors import ConfigError
+from inorder.references import import_reference
 
 #: Columns of a change row in front of the row data (both modes).
 CHANGE_COLUMNS = ("kafka_ts", "session", "seq", "op", "row_id")
@@ -19,23 +19,6 @@ _FORBIDDEN_ROW_FIELDS = frozenset(CHANGE_COLUMNS) | {"topic", "partition", "offs
 _typed_lock = threading.Lock()
 _typed_types: dict[str, type[Any]] = {}
 _TYPED_PREFIX = "_SessionChange_"
-
-
-def import_reference(ref: str) -> Any:
-    """The object named by ``"module:Class"`` (a ``ConfigError`` naming the setting if not)."""
-    module_name, sep, attribute = ref.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ConfigError(f"row_type: expected 'module:Class', got {ref!r}")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"row_type: cannot import module {module_name!r}: {exc}") from None
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise ConfigError(f"row_type: module {module_name!r} has no {attribute!r}") from None
-    return target
 
 
 def row_fields(row_type: type[Any]) -> list[tuple[str, str, Any]]:
@@ -101,8 +84,8 @@ def __getattr__(name: str) -> Any:
         except ValueError:
             pass
         else:
-            return typed_change_type(import_reference(ref))
+            return typed_change_type(import_reference(ref, "row_type"))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CHANGE_COLUMNS", "import_reference", "row_fields", "typed_change_type"]
+__all__ = ["CHANGE_COLUMNS", "row_fields", "typed_change_type"]
