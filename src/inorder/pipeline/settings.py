@@ -288,7 +288,8 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             str,
             "",
             "Where records that broke a rule go under the dead_letter policy "
-            "(default: <sink path>_dead_letter, beside the output).",
+            "(default: <sink path>_dead_letter, beside the output; with an Iceberg sink the "
+            "table <namespace>.<name>_dead_letter in its catalog, and no path may be set).",
         ),
     },
     "materialized": {

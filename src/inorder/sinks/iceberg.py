@@ -41,6 +41,7 @@ from inorder.sinks.iceberg_catalog import (
     describe_catalog,
     open_catalog,
     parse_partition_by,
+    require_pyiceberg,
     secrets_of,
 )
 from inorder.sinks.iceberg_history import (
@@ -97,6 +98,7 @@ class IcebergSink(Sink):
         table_properties: Mapping[str, str] | None = None,
         app_id: str | None = None,
     ) -> None:
+        require_pyiceberg("the Iceberg sink")
         if table.count(".") < 1 or not all(table.split(".")):
             raise SinkError(f"Iceberg table {table!r} must be 'namespace.name'")
         if compression.lower() not in COMPRESSIONS:

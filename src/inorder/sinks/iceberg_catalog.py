@@ -5,10 +5,15 @@ the warehouse (data and metadata files) on local disk or S3. Any other pyiceberg
 (``type = "rest"``, ``"glue"``, ``"hive"`` ...) is reached by passing its properties through
 unchanged. S3 settings of the warehouse are given to pyiceberg's file IO as ``s3.*``
 properties unless the catalog properties already set them.
+
+The catalog is opened under the name ``inorder`` (:data:`CATALOG_NAME`): pyiceberg's SQL
+catalog stores that name with every table, so a reader opening the same SQLite file must
+use it too (``SqlCatalog("inorder", uri=..., warehouse=...)``).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -17,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from inorder.errors import ConfigError
 from inorder.redaction import is_secret_name
 from inorder.sinks.base import SinkError
 from inorder.storage import fs as sfs
@@ -24,6 +30,11 @@ from inorder.storage import fs as sfs
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
+
+#: The name the catalog is opened under (the SQL catalog keys its tables by it).
+CATALOG_NAME = "inorder"
+#: What to run when pyiceberg is not installed.
+INSTALL_HINT = "pip install 'inorder[iceberg]'"
 
 #: Partition transforms the executors can compute without pyiceberg's native extension.
 TRANSFORMS = ("identity", "year", "month", "day", "hour")
@@ -130,8 +141,21 @@ def describe_catalog(props: Mapping[str, str]) -> str:
     return f"{kind} catalog {where}".rstrip()
 
 
-def open_catalog(props: Mapping[str, str], name: str = "inorder") -> Catalog:
-    """Open the catalog; :class:`SinkError` naming the catalog when it cannot be reached."""
+def require_pyiceberg(what: str = "Iceberg") -> None:
+    """Raise a one-line :class:`ConfigError` naming the extra to install when pyiceberg is
+    missing (it is an optional dependency: ``inorder[iceberg]``)."""
+    try:
+        importlib.import_module("pyiceberg")
+    except ImportError:
+        raise ConfigError(
+            f"{what} needs pyiceberg, which is not installed: {INSTALL_HINT}"
+        ) from None
+
+
+def open_catalog(props: Mapping[str, str], name: str = CATALOG_NAME) -> Catalog:
+    """Open the catalog; :class:`SinkError` naming the catalog when it cannot be reached,
+    :class:`ConfigError` when pyiceberg is not installed."""
+    require_pyiceberg()
     from pyiceberg.catalog import load_catalog
 
     uri = props.get("uri", "")
