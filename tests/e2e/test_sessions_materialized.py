@@ -7,14 +7,13 @@ that ended must have an ``end`` materialization equal to its final ground-truth 
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
 import pytest
 from tests.fixtures.sessions_job import (
-    kill_9,
+    kill_9_after_a_commit,
     run_to_the_end,
     sessions_config,
     start_quiet_run,
@@ -119,10 +118,11 @@ def test_kill_9_restarts_keep_materializations_exact(kafka: Any, tmp_path: Path)
 
     toml.write_text(dump_toml(cfg))
     rng = random.Random(13)
-    for _ in range(3):
-        proc = start_quiet_run(toml, tmp_path)
-        time.sleep(rng.uniform(18, 30))
-        kill_9(proc)
+    seen = 0
+    for _ in range(3):  # each run killed a few batches after its first commit: mid-stream
+        seen = kill_9_after_a_commit(
+            start_quiet_run(toml, tmp_path), tmp_path / "output", seen, rng, 4.0
+        )
     done = run_to_the_end(toml, "--quiet", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     counts = check_outputs(tmp_path, result.ground_truth)

@@ -16,7 +16,7 @@ import pytest
 from tests.fixtures.sessions_job import (
     RESTART_SESSION,
     assert_matches_truth,
-    kill_9,
+    kill_9_after_a_commit,
     run_to_the_end,
     sessions_config,
     start_quiet_run,
@@ -144,12 +144,6 @@ def test_session_tables_match_truth_with_late_site_and_faults(
     assert_matches_truth(late_changes, late.ground_truth)
 
 
-def _committed_rows(output: Path) -> int:
-    if not (output / "_inorder" / "commits").is_dir():  # no commit yet
-        return 0
-    return int(read_changes(str(output)).num_rows)
-
-
 @pytest.mark.slow
 def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
     prefix = f"kill-{random.randrange(10**9)}-"
@@ -165,19 +159,11 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
 
     toml.write_text(dump_toml(config))
     rng = random.Random(11)
-    committed_rows = [0]
-    for _ in range(3):
-        proc = start_quiet_run(toml, tmp_path)
-        # Kill once this run has committed something (Spark's start-up takes 10 s on a quiet
-        # machine and over a minute on a loaded one), a few batches later: mid-stream.
-        deadline = time.monotonic() + 300
-        while _committed_rows(tmp_path / "output") <= committed_rows[-1]:
-            assert proc.poll() is None, f"the run exited with {proc.returncode}"
-            assert time.monotonic() < deadline, f"no commit within 300 s after {committed_rows}"
-            time.sleep(0.5)
-        time.sleep(rng.uniform(0, 4))
-        kill_9(proc)
-        committed_rows.append(_committed_rows(tmp_path / "output"))
+    seen = 0
+    for _ in range(3):  # each run killed a few batches after its first commit: mid-stream
+        seen = kill_9_after_a_commit(
+            start_quiet_run(toml, tmp_path), tmp_path / "output", seen, rng, 4.0
+        )
     done = run_to_the_end(toml, "--progress", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
