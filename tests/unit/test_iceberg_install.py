@@ -133,3 +133,15 @@ def test_session_tables_read_with_pyiceberg_alone(tmp_path: Path) -> None:
     )
     assert as_of.num_rows > 0
     assert set(as_of.column("topic").to_pylist()) == {"site-0"}
+
+
+@pytest.mark.usefixtures("no_pyiceberg")
+def test_session_tables_without_pyiceberg_name_the_extra(tmp_path: Path) -> None:
+    from inorder.sessions.tables_iceberg import IcebergTableOutput
+
+    props = catalog_properties(None, str(tmp_path / "warehouse"), None, None)
+    schema = pa.schema([pa.field("topic", pa.string())])
+    with pytest.raises(
+        ConfigError, match=r"^Iceberg session tables needs pyiceberg.*inorder\[iceberg\]"
+    ):
+        IcebergTableOutput("current", "sessions.current", schema, props)

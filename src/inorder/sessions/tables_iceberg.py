@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from inorder.errors import InorderError
+from inorder.errors import ConfigError, InorderError
 from inorder.sessions.tables_delta import (
     ACTION_COLUMN,
     BATCH_KEY,
@@ -45,6 +45,7 @@ from inorder.sinks.iceberg_catalog import (
     describe_catalog,
     open_catalog,
     parse_partition_by,
+    require_pyiceberg,
     secrets_of,
 )
 from inorder.sinks.iceberg_history import APP_ID_KEY
@@ -78,6 +79,7 @@ class IcebergTableOutput:
     ) -> None:
         if identifier.count(".") < 1 or not all(identifier.split(".")):
             raise TablesError(f"{kind} table {identifier!r}: must be 'namespace.name'")
+        require_pyiceberg("Iceberg session tables")  # before anything imports it
         self.kind: TableKind = kind
         self.partition_by = ["topic"] if kind == "current" else ["topic", "is_current"]
         self.path = identifier
@@ -100,6 +102,8 @@ class IcebergTableOutput:
         if self._catalog is None:
             try:
                 self._catalog = open_catalog(self._props)
+            except ConfigError:
+                raise  # a setting or an install to fix (exit 2), named as it is
             except InorderError as exc:
                 raise TablesError(f"{self.describe()}: {exc}") from None
         return self._catalog
