@@ -171,10 +171,24 @@ def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
     )
 
 
+def _commits(checkpoint: Path) -> int:
+    """Batches Spark's commits log under ``checkpoint`` holds (its plain numbered files)."""
+    return sum(1 for f in checkpoint.glob("**/commits/*") if f.name.isdigit())
+
+
 def _kill_runs(args: list[str], kills: int, rng: random.Random) -> None:
+    # Each run is killed a seeded moment after its next committed batch: placed by the
+    # event, so it lands mid-stream however long Spark's start-up takes on this machine.
+    checkpoint = Path(args[args.index("--checkpoint") + 1])
     for _ in range(kills):
+        seen = _commits(checkpoint)
         proc = _spawn([*args, "--trigger", "0.5 seconds"])
-        time.sleep(rng.uniform(12, 20))
+        deadline = time.monotonic() + 300
+        while _commits(checkpoint) <= seen:
+            assert proc.poll() is None, f"the run exited ({proc.returncode}) before a commit"
+            assert time.monotonic() < deadline, "no batch committed within 300 s"
+            time.sleep(0.2)
+        time.sleep(rng.uniform(0, 2))
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM
         proc.wait()
     done = _spawn([*args, "--trigger", "available-now"])
