@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +15,13 @@ from inorder.commands.run import dump_toml
 from inorder.pipeline.config import validate
 
 
-def write_pipeline(tmp_path: Path, bootstrap: str, sink: str, checkpoint: str) -> Path:
+def write_pipeline(
+    tmp_path: Path, bootstrap: str, sink: str, checkpoint: str, pattern: str
+) -> Path:
     config = validate(
         {
             "pipeline": {"checkpoint": checkpoint, "trigger": "available-now"},
-            "source": {"bootstrap_servers": bootstrap, "topic_pattern": "nothing-.*"},
+            "source": {"bootstrap_servers": bootstrap, "topic_pattern": pattern},
             "processor": {"type": "sessions"},
             "sink": {"path": sink},
         }
@@ -46,7 +49,10 @@ def test_startup_problem_is_one_line_exit_2(kafka: Any, tmp_path: Path, problem:
     bootstrap = "127.0.0.1:1" if problem == "broker" else kafka.bootstrap_servers
     sink = str(readonly / "file" / "out") if problem == "sink" else str(tmp_path / "out")
     checkpoint = str(readonly / "file" / "ck") if problem == "checkpoint" else str(tmp_path / "ck")
-    done = run(write_pipeline(tmp_path, bootstrap, sink, checkpoint))
+    # A topic the pattern matches: under available-now a pattern matching nothing is itself
+    # refused, before the sink or the checkpoint would be looked at.
+    topic = kafka.new_topic()
+    done = run(write_pipeline(tmp_path, bootstrap, sink, checkpoint, re.escape(topic)))
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
