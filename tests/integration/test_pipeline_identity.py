@@ -83,7 +83,8 @@ def test_set_overrides_are_recorded_and_used_by_validate(recorded_run: Recorded)
 @pytest.mark.parametrize(
     ("override", "named"),
     [
-        ("source.topic_pattern=other-.*", "source subscription"),
+        # Still matching the run's topics (a pattern matching none is refused before this).
+        ("source.topic_pattern={prefix}.*|other-.*", "source subscription"),
         ("pipeline.name=another", "pipeline name"),
         ("sink.path={work}/elsewhere", "output"),
     ],
@@ -93,7 +94,11 @@ def test_a_checkpoint_of_another_pipeline_is_refused(
 ) -> None:
     args = ["--set", f"sink.path={recorded_run.real_output}"] if "sink.path" not in override else []
     done = cli(
-        "run", str(recorded_run.toml), *args, "--set", override.format(work=recorded_run.work)
+        "run",
+        str(recorded_run.toml),
+        *args,
+        "--set",
+        override.format(work=recorded_run.work, prefix=recorded_run.prefix),
     )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
