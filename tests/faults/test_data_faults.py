@@ -36,6 +36,7 @@ from inorder.sinks.parquet import read_committed
 from tests.e2e.test_debezium_sessions import Event, produce, stream
 from tests.faults.conftest import MatrixRecorder
 from tests.fixtures.sessions_job import sessions_config
+from tests.integration.test_session_tables_iceberg import current_rows
 
 SESSION = "postgres.inventory.customers"
 
@@ -119,12 +120,8 @@ def iceberg_table(warehouse: Path, name: str) -> pl.DataFrame:
 
 
 def table_rows(frame: pl.DataFrame) -> dict[tuple[str, str], Any]:
-    """A current table as ``{(topic, session): {row_id: row}}``."""
-    assert frame.select(["topic", "session", "row_id"]).is_duplicated().sum() == 0
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in frame.iter_rows(named=True):
-        out.setdefault((r["topic"], r["session"]), {})[r["row_id"]] = msgspec.json.decode(r["row"])
-    return out
+    """A current table as ``{(topic, session): {row_id: row}}`` (no duplicate key)."""
+    return current_rows(frame.to_arrow())
 
 
 @pytest.mark.parametrize(("policy", "tables"), [("", "delta"), ("dead_letter", "iceberg")])
