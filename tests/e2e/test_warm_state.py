@@ -41,12 +41,17 @@ def test_each_batch_finds_its_state_caches_open(kafka: Any, tmp_path: Path) -> N
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     opens = [e["state_opens"] for e in events if e["event"] == "batch" and e["records"]]
     assert len(opens) >= 5, opens
-    assert all(sum(f.values()) - f["open"] == 6 for f in opens), opens  # 6 partitions a batch
-    # Two engine workers (local[2]) and two stable groups of three partitions: a worker opens
-    # a partition's cache once, in the first batch and in the first batch after the workers
-    # swap groups; every other open finds the cache open. In one pool shared with the
-    # source's reads, an engine task landed in any of four processes (0-6 of 12 found open).
-    cold = [batch for batch, found in enumerate(opens) if found["open"] < 6]
-    assert len(cold) <= 2 and cold[0] == 0, opens
-    assert all(found["rebuilt"] == 0 for batch, found in enumerate(opens) if batch not in cold)
+    found = ("current", "caught_up", "rebuilt")
+    assert all(sum(f[k] for k in found) == 6 for f in opens), opens  # 6 partitions a batch
+    # Spark chooses the worker process of each task (an idle worker, in the order the last
+    # batch's tasks finished), so how many partitions move between workers depends on
+    # scheduling. What holds under any scheduling: the first batch opens every cache cold;
+    # after it, every partition that stayed in its worker finds its cache open and current,
+    # and only a moved partition may be caught up or rebuilt (one moved back to a worker that
+    # served it before finds its cache open and catches up). On the tree before the count of
+    # moves, batches found 0-5 of 6 open with every partition staying in its worker.
+    assert opens[0]["open"] == 0 and opens[0]["rebuilt"] == 6, opens
+    for f in opens[1:]:
+        assert f["open"] >= 6 - f["moved"] and f["current"] >= 6 - f["moved"], opens
+        assert f["rebuilt"] + f["caught_up"] <= f["moved"], opens
     assert_matches_truth(tmp_path / "output", result.ground_truth)

@@ -95,7 +95,9 @@ class BatchReport:
     #: How the tasks found their topic-partitions' state caches: ``open`` (the worker still
     #: held it from an earlier batch), then exactly one of ``current`` (at the version
     #: needed), ``caught_up`` (behind: the missing deltas applied) or ``rebuilt`` (read from
-    #: the checkpoint).
+    #: the checkpoint); and ``moved``: partitions whose task ran in another worker process
+    #: than in this engine's previous batch (Spark places tasks; a moved partition cannot
+    #: find its cache open in its new worker).
     state_opens: dict[str, int] = field(default_factory=dict)
 
 
@@ -160,6 +162,7 @@ class PartitionBackend:
         self.dead_letter_sink = dead_letter_sink
         self.state_options = state_options or StateOptions()
         self._checked = False
+        self._workers: dict[tuple[str, int], str] = {}
         self._epoch = ""
         #: Called with the batch id right before the sinks commit (the runner's lease check:
         #: a driver that lost the checkpoint's lease raises there and commits nothing).
@@ -276,7 +279,7 @@ class PartitionBackend:
             "commit": report.duration_seconds - (tasks_done - started),
             **_task_phases(results),
         }
-        report.state_opens = _state_opens(results)
+        report.state_opens = _state_opens(results, self._workers)
         return report
 
     def commit(self, batch_id: int, results: list[TaskResult]) -> BatchReport:
@@ -308,9 +311,13 @@ def _task_phases(results: list[TaskResult]) -> dict[str, float]:
     return {phase: sum(float(r.timings.get(phase, 0.0)) for r in results) for phase in _TASK_PHASES}
 
 
-def _state_opens(results: list[TaskResult]) -> dict[str, int]:
-    opens = {"open": 0, "current": 0, "caught_up": 0, "rebuilt": 0}
+def _state_opens(results: list[TaskResult], workers: dict[tuple[str, int], str]) -> dict[str, int]:
+    """Count how tasks found their caches; ``workers`` (partition -> last worker) is updated."""
+    opens = {"open": 0, "current": 0, "caught_up": 0, "rebuilt": 0, "moved": 0}
     for r in results:
+        last = workers.get((r.topic, r.partition))
+        opens["moved"] += last is not None and last != r.worker
+        workers[(r.topic, r.partition)] = r.worker
         t = r.timings
         opens["open"] += bool(t.get("cache_reused"))
         found = "current" if t.get("cache_hit") else "caught_up" if t.get("caught_up") else None

@@ -70,6 +70,8 @@ class TaskResult(msgspec.Struct, kw_only=True):
     timings: dict[str, float] = {}
     failed: ViolationEvent | None = None
     """The event that stopped the partition (``fail`` policy or a bug), if any."""
+    worker: str = ""
+    """The process that ran the task (``host:pid``): whether a partition stayed in its worker."""
 
     def written_files(self) -> list[WrittenFile]:
         """Staged output files."""
@@ -144,6 +146,7 @@ def merge_results(results: Iterable[TaskResult]) -> list[TaskResult]:
                 counters=_sum(p.counters for p in parts),
                 timings=_sum(p.timings for p in parts),
                 failed=min(failed, key=lambda v: v.offset) if failed else None,
+                worker=",".join(sorted({p.worker for p in parts})),
             )
         )
     return merged

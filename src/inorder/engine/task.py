@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -253,6 +255,7 @@ def task_result(
         counters={**applier.counters, "dead_letters": len(applier.dead_letters)},
         timings=dict(timings),
         failed=failed,
+        worker=f"{socket.gethostname()}:{os.getpid()}",
     )
 
 
