@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from inorder.ops.batchlog import load_batch_log
@@ -24,37 +24,20 @@ from inorder.pipeline.checkpoint_layout import RUN_LOCK_FILE
 from inorder.pipeline.identity import SETTINGS_FIELD
 from inorder.records import TopicPartition
 from inorder.redaction import mask_secrets
+from inorder.ui.output import RESETS_SHOWN, OutputInfo, read_output
 from inorder.ui.rows import (
-    EventRow,
     batch_rows,
     events_by_partition,
     integrity_events,
     partition_rows,
-    replay_command,
 )
 
 #: Batches shown in the history charts and table (the newest ones).
 BATCHES_SHOWN = 200
-#: Session resets listed (the newest ones).
-RESETS_SHOWN = 200
 #: Seconds between two questions to the broker.
 BROKER_EVERY = 5.0
 #: Seconds the broker has to answer.
 BROKER_TIMEOUT_MS = 2000
-
-
-@dataclass
-class OutputInfo:
-    """The committed output: its size and, per output batch id, (rows, files)."""
-
-    kind: str
-    location: str
-    files: int | None = None
-    rows: int | None = None
-    bytes: int | None = None
-    by_batch: dict[int, tuple[int, int]] | None = None
-    resets: list[EventRow] = field(default_factory=list)
-    note: str = ""
 
 
 def _version() -> str:
@@ -182,61 +165,7 @@ class StatusSource:
         self._committed_key = key
 
     def _read_output(self) -> OutputInfo:
-        from inorder.ops.output import sink_kind
-        from inorder.sinks.base import stored
-
-        try:
-            kind = sink_kind(self.target.sink)
-            location = stored(self.target.sink).location
-        except Exception:
-            return OutputInfo("other", self.target.sink.describe(), note="not readable")
-        shown = location.root if hasattr(location, "root") else str(location)
-        if kind != "parquet":
-            return _delta_output(location, str(shown))
-        from inorder.sinks.commit_log import file_batch_id, load_state
-        from inorder.sinks.parquet_read import committed_dataset
-
-        state = load_state(location)
-        by_batch: dict[int, tuple[int, int]] = {}
-        for f in state.files.values():
-            bid = file_batch_id(f.path)
-            if bid is not None:
-                rows, files = by_batch.get(bid, (0, 0))
-                by_batch[bid] = (rows + f.rows, files + 1)
-        info = OutputInfo(
-            "parquet",
-            str(shown),
-            len(state.files),
-            sum(f.rows for f in state.files.values()),
-            sum(f.size_bytes for f in state.files.values()),
-            by_batch,
-        )
-        dataset = committed_dataset(location, state)
-        if dataset is not None:
-            info.resets = self._resets(dataset)
-        return info
-
-    def _resets(self, dataset: Any) -> list[EventRow]:
-        """Session resets in the output (the ``sessions`` processor's ``reset`` rows)."""
-        import pyarrow.dataset as ds
-
-        wanted = ["topic", "partition", "offset", "session", "batch_id"]
-        if not {*wanted, "op"} <= set(dataset.schema.names):
-            return []
-        table = dataset.to_table(columns=wanted, filter=ds.field("op") == "reset")
-        rows = sorted(table.to_pylist(), key=lambda r: (r["batch_id"], r["offset"]), reverse=True)
-        out = []
-        for r in rows[:RESETS_SHOWN]:
-            tp = TopicPartition(r["topic"], int(r["partition"]))
-            offset = int(r["offset"])
-            out.append(
-                EventRow(
-                    "reset", "session reset", tp.topic, tp.partition,
-                    int(r["batch_id"]) - self.target.batch_offset, offset, offset, 1,
-                    replay_command(self.reference, tp, offset, offset), r["session"],
-                )
-            )  # fmt: skip
-        return out
+        return read_output(self.target.sink, self.reference, self.target.batch_offset)
 
     def _broker(self, tps: list[TopicPartition]) -> None:
         now = self._clock()
@@ -312,20 +241,3 @@ class StatusSource:
             "output": {k: v for k, v in asdict(output).items() if k not in ("by_batch", "resets")},
             "config": self._config,
         }  # fmt: skip
-
-
-def _delta_output(location: Any, shown: str) -> OutputInfo:
-    """Files, rows and bytes of a Delta table (per-batch counts come from the history)."""
-    try:
-        from deltalake import DeltaTable
-
-        table = DeltaTable(location.delta_uri(), storage_options=location.storage_options())
-        import pyarrow as pa
-
-        # deltalake returns an arro3 table: pyarrow takes it through the Arrow stream interface.
-        actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
-        rows = [int(n or 0) for n in actions.get("num_records", [])]
-        sizes = [int(n or 0) for n in actions.get("size_bytes", [])]
-        return OutputInfo("delta", shown, len(sizes), sum(rows), sum(sizes))
-    except Exception as exc:  # a table not created yet, or an older deltalake
-        return OutputInfo("delta", shown, note=f"not readable yet ({type(exc).__name__})")

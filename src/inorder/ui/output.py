@@ -1,0 +1,166 @@
+"""What the status page says of a pipeline's committed output: files, rows and bytes, the
+rows and files of each batch, and the session resets in it. Parquet, Delta and Iceberg are
+each read in their own way (reading one as another only ever fails); nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from inorder.records import TopicPartition
+from inorder.ui.rows import EventRow, replay_command
+
+#: Session resets listed (the newest ones).
+RESETS_SHOWN = 200
+
+
+@dataclass
+class OutputInfo:
+    """The committed output: its size and, per output batch id, (rows, files)."""
+
+    kind: str
+    location: str
+    files: int | None = None
+    rows: int | None = None
+    bytes: int | None = None
+    by_batch: dict[int, tuple[int, int]] | None = None
+    resets: list[EventRow] = field(default_factory=list)
+    note: str = ""
+
+
+#: Reads the session resets of a pyarrow dataset of the output.
+ResetReader = Callable[[Any], list[EventRow]]
+
+
+def read_output(sink: Any, reference: str, batch_offset: int) -> OutputInfo:
+    """The committed output of ``sink`` as the page shows it.
+
+    ``reference`` and ``batch_offset`` (this checkpoint's batch b is output batch
+    ``batch_offset + b``) build the replay commands of the session resets.
+    """
+    from inorder.ops.output import sink_kind
+    from inorder.sinks.base import stored
+
+    def resets(dataset: Any) -> list[EventRow]:
+        return session_resets(dataset, reference, batch_offset)
+
+    try:
+        kind = sink_kind(sink)
+        if kind == "iceberg":
+            return _iceberg_output(sink, resets)
+        location = stored(sink).location
+    except Exception:
+        return OutputInfo("other", sink.describe(), note="not readable")
+    shown = str(location.root if hasattr(location, "root") else location)
+    if kind == "delta":
+        return _delta_output(location, shown)
+    return _parquet_output(location, shown, resets)
+
+
+def _parquet_output(location: Any, shown: str, resets: ResetReader) -> OutputInfo:
+    """Files, rows and bytes of a Parquet output, per batch too, from its commit log."""
+    from inorder.sinks.commit_log import file_batch_id, load_state
+    from inorder.sinks.parquet_read import committed_dataset
+
+    state = load_state(location)
+    by_batch: dict[int, tuple[int, int]] = {}
+    for f in state.files.values():
+        bid = file_batch_id(f.path)
+        if bid is not None:
+            rows, files = by_batch.get(bid, (0, 0))
+            by_batch[bid] = (rows + f.rows, files + 1)
+    info = OutputInfo(
+        "parquet",
+        shown,
+        len(state.files),
+        sum(f.rows for f in state.files.values()),
+        sum(f.size_bytes for f in state.files.values()),
+        by_batch,
+    )
+    dataset = committed_dataset(location, state)
+    if dataset is not None:
+        info.resets = resets(dataset)
+    return info
+
+
+def _delta_output(location: Any, shown: str) -> OutputInfo:
+    """Files, rows and bytes of a Delta table (per-batch counts come from the history)."""
+    try:
+        from deltalake import DeltaTable
+
+        table = DeltaTable(location.delta_uri(), storage_options=location.storage_options())
+        import pyarrow as pa
+
+        # deltalake returns an arro3 table: pyarrow takes it through the Arrow stream interface.
+        actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+        rows = [int(n or 0) for n in actions.get("num_records", [])]
+        sizes = [int(n or 0) for n in actions.get("size_bytes", [])]
+        return OutputInfo("delta", shown, len(sizes), sum(rows), sum(sizes))
+    except Exception as exc:  # a table not created yet, or an older deltalake
+        return OutputInfo("delta", shown, note=f"not readable yet ({type(exc).__name__})")
+
+
+def _iceberg_output(sink: Any, resets: ResetReader) -> OutputInfo:
+    """Files, rows and bytes of an Iceberg table from its current snapshot's summary, and
+    each batch's rows and files from the summary of the snapshot that committed it."""
+    from inorder.sinks.iceberg_history import snapshot_history
+
+    shown = f"{sink.table} in {sink.warehouse}"
+    try:
+        table = sink.load_table()
+    except Exception as exc:  # the catalog cannot be opened or read
+        return OutputInfo("iceberg", shown, note=f"not readable ({type(exc).__name__})")
+    if table is None or table.current_snapshot() is None:
+        return OutputInfo("iceberg", shown, 0, 0, 0, {}, note="no batch committed yet")
+    current = table.current_snapshot()
+    totals = current.summary.additional_properties if current.summary else {}
+    by_batch: dict[int, tuple[int, int]] = {}
+    for snap in table.snapshots():
+        props = snap.summary.additional_properties if snap.summary else {}
+        if props.get("inorder.app-id") != sink.app_id or "inorder.batch-id" not in props:
+            continue
+        by_batch[int(props["inorder.batch-id"])] = (
+            int(props.get("added-records", 0) or 0),
+            int(props.get("added-data-files", 0) or 0),
+        )
+    # Batches whose snapshots are no longer among the current one's ancestors (a repair
+    # rolled them back) are not in the output: only the current lineage counts.
+    kept = {s.batch_id for s in snapshot_history(table) if s.batch_id is not None}
+    by_batch = {b: v for b, v in by_batch.items() if b in kept}
+    info = OutputInfo(
+        "iceberg",
+        shown,
+        int(totals.get("total-data-files", 0) or 0),
+        int(totals.get("total-records", 0) or 0),
+        int(totals.get("total-files-size", 0) or 0),
+        by_batch,
+    )
+    dataset = sink.dataset()
+    if dataset is not None:
+        info.resets = resets(dataset)
+    return info
+
+
+def session_resets(dataset: Any, reference: str, batch_offset: int) -> list[EventRow]:
+    """Session resets in the output (the ``sessions`` processor's ``reset`` rows)."""
+    import pyarrow.dataset as ds
+
+    wanted = ["topic", "partition", "offset", "session", "batch_id"]
+    if not {*wanted, "op"} <= set(dataset.schema.names):
+        return []
+    table = dataset.to_table(columns=wanted, filter=ds.field("op") == "reset")
+    rows = sorted(table.to_pylist(), key=lambda r: (r["batch_id"], r["offset"]), reverse=True)
+    out = []
+    for r in rows[:RESETS_SHOWN]:
+        tp = TopicPartition(r["topic"], int(r["partition"]))
+        offset = int(r["offset"])
+        out.append(
+            EventRow(
+                "reset", "session reset", tp.topic, tp.partition,
+                int(r["batch_id"]) - batch_offset, offset, offset, 1,
+                replay_command(reference, tp, offset, offset), r["session"],
+            )
+        )  # fmt: skip
+    return out
