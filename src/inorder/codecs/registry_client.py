@@ -79,13 +79,25 @@ def safe_url(url: str) -> str:
     return ",".join(shown)
 
 
+def _dev_registry_url() -> str:
+    """The running ``inorder dev up`` registry's URL, ``""`` if there is none."""
+    from inorder.dev.endpoints import schema_registry_url
+
+    try:
+        return schema_registry_url()
+    except ConfigError:
+        return ""
+
+
 class SchemaRegistry:
     """Where a Confluent-compatible schema registry is and how to reach it.
 
-    ``url`` defaults to ``$INORDER_SCHEMA_REGISTRY_URL``; ``mock://name`` is confluent-kafka's
-    in-memory registry (one per process: for tests). Basic auth (``user:password``) and a
-    static bearer token come from the environment variables named by ``user_info_env`` and
-    ``bearer_token_env`` (or, from Python, directly as ``user_info`` / ``bearer_token``).
+    ``url`` defaults to ``$INORDER_SCHEMA_REGISTRY_URL``, else the registry ``inorder dev
+    up`` runs (found through its ``services.json``, as the broker is); ``mock://name`` is
+    confluent-kafka's in-memory registry (one per process: for tests). Basic auth
+    (``user:password``) and a static bearer token come from the environment variables named
+    by ``user_info_env`` and ``bearer_token_env`` (or, from Python, directly as
+    ``user_info`` / ``bearer_token``).
     ``max_retries``, ``retries_wait_ms`` and ``timeout_s`` are the client's own retry
     settings for refused connections, timeouts and HTTP 408/429/5xx answers.
     """
@@ -103,10 +115,11 @@ class SchemaRegistry:
         retries_wait_ms: int = 1000,
         timeout_s: float = 10.0,
     ) -> None:
-        url = url or os.environ.get(ENV_REGISTRY_URL, "")
+        url = url or os.environ.get(ENV_REGISTRY_URL, "") or _dev_registry_url()
         if not url:
             raise ConfigError(
-                f"codec: no schema registry URL (set codec.registry_url or {ENV_REGISTRY_URL})"
+                f"codec: no schema registry URL (set codec.registry_url or {ENV_REGISTRY_URL}, "
+                "or run `inorder dev up` for a local one)"
             )
         if not url.startswith(("http://", "https://", "mock://")):
             raise ConfigError(

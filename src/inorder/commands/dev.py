@@ -1,4 +1,4 @@
-"""``inorder dev up|down|status``: the local Kafka broker and S3 server for development."""
+"""``inorder dev up|down|status``: the local Kafka broker, S3 server and schema registry."""
 
 from __future__ import annotations
 
@@ -10,11 +10,18 @@ from typing import Any
 
 from inorder.commands.common import add_command, add_command_group, add_state_dir_option
 from inorder.dev import services
-from inorder.dev.endpoints import ENV_KAFKA, ENV_S3_ENDPOINT, ENV_STATE_DIR, resolve_state_dir
+from inorder.dev.endpoints import (
+    ENV_KAFKA,
+    ENV_S3_ENDPOINT,
+    ENV_SCHEMA_REGISTRY,
+    ENV_STATE_DIR,
+    resolve_state_dir,
+)
 
 EXAMPLES = """examples:
-  inorder dev up                         start both on 127.0.0.1:9092 (Kafka) and :8333 (S3)
-  inorder dev status                     health of both (exit 1 if one is not healthy)
+  inorder dev up                         start all three on 127.0.0.1: Kafka :9092, S3 :8333,
+                                         schema registry :8081
+  inorder dev status                     health of each (exit 1 if one is not healthy)
   inorder dev down                       stop exactly the processes `up` started
   inorder dev up --help                  options of one subcommand
 """
@@ -23,9 +30,9 @@ UP_EXAMPLES = """examples:
   inorder dev up
   inorder dev up --json                       machine-readable summary (secret masked)
   inorder dev up --json --show-secrets        ... including the S3 secret access key
-  inorder dev up --kafka-port 19092 --s3-port 18333
+  inorder dev up --kafka-port 19092 --s3-port 18333 --registry-port 18081
   inorder dev up --kafka-port 0               any free port (recorded for the next up)
-  inorder dev up --only kafka                 just the broker (or: --only s3)
+  inorder dev up --only kafka                 just the broker (or: --only s3, --only registry)
   inorder dev up --bucket demo                create/use bucket 'demo' instead of 'inorder'
   inorder dev up --state-dir /tmp/inorder-dev  data, logs and services.json there
 
@@ -73,7 +80,7 @@ def _common(parser: argparse.ArgumentParser, *, secrets: bool) -> None:
     parser.add_argument(
         "--only",
         choices=services.SERVICES,
-        help="act on one service only, e.g. --only kafka",
+        help="act on one service only (kafka, s3 or registry), e.g. --only kafka",
     )
     parser.add_argument(
         "--json", action="store_true", help="print a JSON object instead of text, e.g. --json"
@@ -92,19 +99,20 @@ def register(subparsers: Any) -> None:
         subparsers,
         "dev",
         "dev_command",
-        help="start/stop/check the local Kafka broker and S3 server",
+        help="start/stop/check the local Kafka broker, S3 server and schema registry",
         description="Local development services on 127.0.0.1: a Kafka-protocol broker "
-        "(noida-db) and an S3 server (SeaweedFS) with credentials and a bucket. Other inorder "
-        "commands find them through <state-dir>/services.json; INORDER_KAFKA_BOOTSTRAP_SERVERS "
-        "and INORDER_S3_ENDPOINT (+ AWS_*) point them at external services instead.",
+        "(noida-db), an S3 server (SeaweedFS) with credentials and a bucket, and a "
+        "Confluent-compatible schema registry. Other inorder commands find them through "
+        "<state-dir>/services.json; INORDER_KAFKA_BOOTSTRAP_SERVERS, INORDER_S3_ENDPOINT "
+        "(+ AWS_*) and INORDER_SCHEMA_REGISTRY_URL point them at external services instead.",
         epilog=EXAMPLES,
     )
     up = add_command(
         sub,
         "up",
         help="start the services (idempotent: running ones are left alone)",
-        description="Start the broker and the S3 server unless already running, create the "
-        "bucket, and print the endpoints and credentials.",
+        description="Start the broker, the S3 server and the schema registry unless already "
+        "running, create the bucket, and print the endpoints and credentials.",
         epilog=UP_EXAMPLES,
     )
     _common(up, secrets=True)
@@ -121,6 +129,13 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="S3 port (default: the last one used, else 8333; 0 = any free port), "
         "e.g. --s3-port 18333",
+    )
+    up.add_argument(
+        "--registry-port",
+        type=_port,
+        metavar="N",
+        help="schema registry port (default: the last one used, else 8081; 0 = any free "
+        "port), e.g. --registry-port 18081",
     )
     up.add_argument(
         "--bucket",
@@ -143,9 +158,10 @@ def register(subparsers: Any) -> None:
     status = add_command(
         sub,
         "status",
-        help="report health (TCP + Kafka metadata; S3 ListBuckets)",
+        help="report health (TCP + Kafka metadata; S3 ListBuckets; registry GET /subjects)",
         description="Check each service: process alive, port open, Kafka metadata request / "
-        "S3 ListBuckets with the recorded credentials. Exit 0 only if all are healthy.",
+        "S3 ListBuckets with the recorded credentials / registry GET /subjects. Exit 0 only "
+        "if all are healthy.",
         epilog=STATUS_EXAMPLES,
     )
     _common(status, secrets=True)
@@ -163,6 +179,7 @@ def handle_up(args: argparse.Namespace) -> int:
         state_dir,
         kafka_port=args.kafka_port,
         s3_port=args.s3_port,
+        registry_port=args.registry_port,
         only=_only(args),
         bucket=args.bucket,
         credentials=_env_credentials(),
@@ -206,6 +223,7 @@ _PUBLIC = {
         "data_dir",
         "log",
     ),
+    "registry": ("url", "port", "data_dir", "log"),
 }
 
 
@@ -241,7 +259,7 @@ def _print(
         pid = f"pid {r.pid}" if r.pid else ""
         state = "already running" if r.detail == "already running" else r.state
         detail = "" if r.detail == "already running" else r.detail
-        print(f"{r.name:<6} {state:<16} {pid:<10} {detail}".rstrip())
+        print(f"{r.name:<8} {state:<16} {pid:<10} {detail}".rstrip())
     if command == "down":
         return
     lines: list[tuple[str, str]] = []
@@ -251,6 +269,8 @@ def _print(
             continue
         if r.name == "kafka":
             lines.append(("Kafka bootstrap servers", str(e.get("bootstrap_servers"))))
+        elif r.name == "registry":
+            lines.append(("Schema registry URL", str(e.get("url"))))
         else:
             secret = str(e.get("secret_access_key")) if show else MASK + "  (--show-secrets)"
             lines += [
@@ -265,6 +285,6 @@ def _print(
         for label, value in lines:
             print(f"  {label:<24} {value}")
         print(f"  {'state dir':<24} {state_dir}")
-    for env in (ENV_KAFKA, ENV_S3_ENDPOINT):
+    for env in (ENV_KAFKA, ENV_S3_ENDPOINT, ENV_SCHEMA_REGISTRY):
         if os.environ.get(env):
             print(f"note: {env} is set, so other inorder commands use it, not these services")

