@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from inorder.commands.common import add_command, bootstrap_servers
+from inorder.dev.sim_formats import FORMATS
 from inorder.errors import ConfigError
 
 EXAMPLES = """examples (one per option):
@@ -32,6 +33,9 @@ EXAMPLES = """examples (one per option):
   inorder simulate --seed 7                    another deterministic run
   inorder simulate --start-ts now              message ts from the current time (default fixed)
   inorder simulate --ground-truth truth.json   write the ground truth (see docs/simulator.md)
+  inorder simulate --format avro               registry-framed Avro (also protobuf, json-schema)
+  inorder simulate --format avro --registry-url http://127.0.0.1:8081
+                      (default: $INORDER_SCHEMA_REGISTRY_URL, else the `inorder dev up` registry)
   inorder simulate --json                      print the summary as JSON
 """
 
@@ -67,6 +71,13 @@ def register(subparsers: Any) -> None:
     add("--seed", default="0", metavar="N", help="random seed (default 0)")
     add("--start-ts", default=None, metavar="TS", help="first message ts (epoch s or 'now')")
     add("--ground-truth", metavar="PATH", help="write the ground-truth JSON file here")
+    add(
+        "--format",
+        default="json",
+        choices=FORMATS,
+        help="value format: json (default), or registry-framed avro, protobuf, json-schema",
+    )
+    add("--registry-url", metavar="URL", help="schema registry for --format (see examples)")
     add("--json", action="store_true", help="print the summary as one JSON object")
     parser.set_defaults(func=handle)
 
@@ -137,19 +148,36 @@ def _progress(records: int, elapsed: float) -> None:
     print(f"\r{records:,} records, {records / elapsed:,.0f}/s", end="", file=sys.stderr)
 
 
+def _encoder(args: argparse.Namespace) -> Any:
+    """The registry-framing encoder ``--format`` asks for (``None`` for JSON)."""
+    from inorder.dev.endpoints import schema_registry_url
+    from inorder.dev.sim_formats import framed_encoder
+
+    if args.format == "json":
+        if args.registry_url:
+            raise ConfigError("--registry-url applies to --format avro, protobuf or json-schema")
+        return None
+    return framed_encoder(args.format, args.registry_url or schema_registry_url())
+
+
 def handle(args: argparse.Namespace) -> int:
     """Run the simulation and print a summary."""
     from inorder.dev.simulator import simulate
 
     config = build_config(args)
     servers = bootstrap_servers(args.bootstrap_servers)
+    encode = _encoder(args)
     interactive = sys.stderr.isatty() and not args.json
     result = simulate(
-        config, servers, args.ground_truth, progress=_progress if interactive else None
+        config,
+        servers,
+        args.ground_truth,
+        progress=_progress if interactive else None,
+        encode=encode,
     )
     if interactive:
         print(file=sys.stderr)
-    summary = result.summary()
+    summary = {**result.summary(), "format": args.format}
     if args.json:
         print(json.dumps(summary, sort_keys=True))
         return 0
@@ -159,6 +187,7 @@ def handle(args: argparse.Namespace) -> int:
         f"produced {summary['records']:,} records ({summary['messages']:,} messages) to "
         f"{len(summary['topics'])} topics in {summary['elapsed_s']:.2f} s: "
         f"{summary['records_per_s']:,.0f} records/s"
+        + ("" if args.format == "json" else f", {args.format} framed by the schema registry")
     )
     print(
         f"sessions: {summary['sessions']} ({summary['sessions_ended']} ended, "

@@ -230,10 +230,13 @@ def simulate(
     bootstrap_servers: str,
     ground_truth_path: str | os.PathLike[str] | None = None,
     progress: Callable[[int, float], None] | None = None,
+    encode: Callable[[str, bytes], bytes] | None = None,
 ) -> SimulationResult:
     """Run the simulation against ``bootstrap_servers``; return (and write) the ground truth.
 
-    ``progress(records, elapsed_s)`` is called about once a second. Raises
+    ``progress(records, elapsed_s)`` is called about once a second. ``encode(topic, value)``
+    re-encodes each JSON value before it is produced (a registry format:
+    :func:`inorder.dev.sim_formats.framed_encoder`). Raises
     :class:`~inorder.errors.ConfigError` for invalid settings or an unreachable broker, and
     :class:`~inorder.errors.InorderError` if any record could not be delivered.
     """
@@ -270,9 +273,10 @@ def simulate(
             if rec.topic not in partitions:
                 partitions.update(ensure_topics(admin, [rec.topic], config.partitions))
             callback = deliveries.tracked(rec.index) if rec.track else untracked
+            value = rec.value if encode is None else encode(rec.topic, rec.value)
             while True:
                 try:
-                    produce(rec.topic, rec.value, rec.key, on_delivery=callback)
+                    produce(rec.topic, value, rec.key, on_delivery=callback)
                     break
                 except BufferError:  # Local queue full: let librdkafka drain it.
                     producer.poll(0.05)
