@@ -21,11 +21,28 @@ def progress_dict(progress: Any) -> dict[str, Any]:
     return dict(progress)
 
 
+#: Steps the runner runs after the backend's batch, inside the same micro-batch (their
+#: seconds are in the backend report's ``phase_seconds``): the batch lasts until they end.
+AFTER_BACKEND = ("tables",)
+
+
 def lag_by_partition(progress: dict[str, Any]) -> dict[str, int] | None:
-    """Records not yet read, by ``topic[partition]``, from the source's progress metrics."""
+    """Records not yet read, by ``topic[partition]``, from the source's progress metrics.
+
+    ``None`` when unknown: a batch Spark re-runs from its offsets log after a restart was
+    not planned by this run (its ``durationMs`` has no ``latestOffset`` step), and Spark
+    then reports the batch's own end as the latest offset: a lag of 0 while a backlog
+    remains.
+    """
     from inorder.kafka.lag import lag_from_progress
 
     try:
+        steps = progress.get("durationMs")
+        if isinstance(steps, dict) and "latestOffset" not in steps:
+            return None
+        for source in progress.get("sources") or []:
+            if source.get("endOffset") is not None and source.get("latestOffset") is None:
+                return None
         return {str(tp): int(n) for tp, n in lag_from_progress(progress).items()}
     except Exception:  # lag is informative: never fail a run over it
         return None
@@ -36,11 +53,19 @@ def _lag(progress: dict[str, Any]) -> int | None:
     return None if by_partition is None else sum(by_partition.values())
 
 
+def batch_duration(report: Any, progress: dict[str, Any]) -> float:
+    """Seconds the batch took: the backend's batch and the steps run after it (the session
+    tables), or Spark's trigger time when the backend measured nothing."""
+    phases = getattr(report, "phase_seconds", {}) or {}
+    backend = float(getattr(report, "duration_seconds", 0.0))
+    if backend > 0:
+        return backend + sum(float(phases.get(step, 0.0)) for step in AFTER_BACKEND)
+    return float((progress.get("durationMs") or {}).get("triggerExecution", 0)) / 1000.0
+
+
 def batch_progress(batch_id: int, report: Any, progress: dict[str, Any]) -> BatchProgress:
     """Combine the backend's batch report with Spark's progress into a progress line."""
-    duration = float(getattr(report, "duration_seconds", 0.0)) or (
-        float(progress.get("durationMs", {}).get("triggerExecution", 0)) / 1000.0
-    )
+    duration = batch_duration(report, progress)
     records = int(getattr(report, "records", 0))
     return BatchProgress(
         batch_id=batch_id,
