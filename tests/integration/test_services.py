@@ -69,11 +69,12 @@ def test_dev_up_status_down_through_cli(
     sd = str(state_dir)
 
     res = run_cli("dev", "up", "--state-dir", sd, "--kafka-port", "0", "--s3-port", "0",
-                  "--json", env=creds_env)  # fmt: skip
+                  "--registry-port", "0", "--json", env=creds_env)  # fmt: skip
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     kafka, s3 = doc["services"]["kafka"], doc["services"]["s3"]
     assert (kafka["state"], s3["state"]) == ("started", "started")
+    assert doc["services"]["registry"]["state"] == "started"
     assert s3["access_key_id"] == key_id
     assert s3["secret_access_key"] == "********"  # masked without --show-secrets
     assert secret not in res.stdout + res.stderr
