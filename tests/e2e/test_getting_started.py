@@ -153,8 +153,12 @@ def work(tmp_path: Path) -> Any:
     shutil.copytree(ROOT / "examples", work / "examples")
     state = work / ".inorder" / "dev"
     state.mkdir(parents=True)
-    kafka_port, s3_port = free_ports(2)
-    services = {"kafka": {"port": kafka_port}, "s3": {"port": s3_port}}
+    kafka_port, s3_port, registry_port = free_ports(3)
+    services = {
+        "kafka": {"port": kafka_port},
+        "s3": {"port": s3_port},
+        "registry": {"port": registry_port},
+    }
     (state / "services.json").write_text(json.dumps(services), encoding="utf-8")
     (state / "services.json").chmod(0o600)
     try:
@@ -286,3 +290,26 @@ def test_getting_started_verbatim_then_every_documented_query_after_a_failed_bat
         assert canonical(got) == canonical(con.sql(on_committed).fetchall()), sql
         nonempty += bool(got)
     assert nonempty >= 4
+
+
+@pytest.mark.timeout(600)
+def test_getting_started_with_avro_verbatim(work: Path) -> None:
+    """The Avro path: registry-framed sessions, read back exactly as the simulator sent them."""
+    steps = code_blocks(
+        section(DOCS / "getting-started.md", "Step by step with Avro and a schema registry"),
+        "bash",
+    )
+    assert len(steps) == 1, "the Avro section has one ```bash block"
+    script = steps[0]
+    assert "--format avro" in script and "inorder dev down" in script
+    printed = bash(script, work, shell_env(work))
+    counts = printed_counts(printed)
+    assert {"clear", "insert", "update", "delete"} <= set(counts), printed
+    changes = read_committed(str(work / ".inorder/avro/output"))
+    assert counts == committed_counts(changes)
+    truth = load_ground_truth(work / "avro-truth.json")
+    assert sum(counts.values()) >= truth.records > 0
+    check = verify_tables(rebuild_tables(changes), truth, changes)
+    assert check.ok, check.lines()
+    registry = json.loads((work / ".inorder/dev/registry/registry.json").read_text())
+    assert sorted(registry["subjects"]) == sorted(f"{t}-value" for t in truth.topics)
