@@ -38,3 +38,25 @@ def test_the_first_batch_of_a_truncated_log_has_unknown_starts() -> None:
     log = BatchLog([entry(7, {A: 50}), entry(8, {A: 60, B: 3}, p1=1)])
     ranges = [b.ranges for b in batches(log)]
     assert ranges == [{"site-a[0]": [-1, 50]}, {"site-a[0]": [50, 60], "site-a[1]": [1, 3]}]
+
+
+def test_a_batch_committed_by_a_later_run_takes_its_own_time_not_the_pause() -> None:
+    # Batch 1 was planned at 1000 by a run that stopped; the next run started at 1060 and
+    # committed it at 1065.88.
+    log = BatchLog(
+        [
+            BatchEntry(0, {A: 5}, True, 990.0, 992.5, None, {A: 0}),
+            BatchEntry(1, {A: 9}, True, 1000.0, 1065.88, None),
+            BatchEntry(2, {A: 12}, True, 1066.0, 1067.0, None),
+        ]
+    )
+    shown = batches(log, run_started=1060.0)
+    # Nothing measured it: unknown, never the 65.88 s across the two runs.
+    assert [(b.duration_seconds, b.restarted) for b in shown] == [
+        (2.5, False),
+        (None, True),
+        (1.0, False),
+    ]
+    # The progress line the second run recorded measured it.
+    recorded = {1: {"duration_seconds": 1.2345}}
+    assert batches(log, history=recorded, run_started=1060.0)[1].duration_seconds == 1.234

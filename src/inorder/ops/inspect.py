@@ -12,16 +12,20 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from inorder.engine.context import from_micros
 from inorder.errors import InorderError
-from inorder.ops.batchlog import BatchLog, load_batch_log
+from inorder.ops.batchlog import BatchEntry, BatchLog, load_batch_log
 from inorder.ops.replay import to_plain
 from inorder.ops.statefiles import load_partition_state, loadable_versions, state_partitions
 from inorder.ops.target import OpsTarget
+from inorder.pipeline.batch_history import read_history
+from inorder.pipeline.checkpoint_layout import RUN_LOCK_FILE
 from inorder.records import TopicPartition
 
 
@@ -35,7 +39,11 @@ class BatchInfo:
     records_planned: int
     planned_at: str | None
     duration_seconds: float | None
+    """The batch's own time: its recorded progress line's, else from planning to Spark's
+    commit; ``None`` when a run started in between and nothing measured the batch."""
     processing_time: str | None
+    restarted: bool = False
+    """Planned by one run, committed by a later one (re-run after a stop or a crash)."""
 
 
 @dataclass
@@ -57,8 +65,40 @@ def _iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
-def batches(log: BatchLog, limit: int | None = None) -> list[BatchInfo]:
-    """The batches of the log (newest ``limit`` when given), oldest first."""
+def run_started_at(local_root: str | None) -> float | None:
+    """When the newest run of a local checkpoint started (it rewrites the run lock file)."""
+    if local_root is None:
+        return None
+    try:
+        return os.path.getmtime(os.path.join(local_root, RUN_LOCK_FILE))
+    except OSError:
+        return None
+
+
+def _duration(b: BatchEntry, recorded: Mapping[str, Any] | None, restarted: bool) -> float | None:
+    """A batch's own time. Planning to commit spans the pause when a run stopped after
+    planning it and a later run committed it (minutes, days): only a measured duration
+    (the progress line the run recorded) is then true."""
+    if recorded is not None and isinstance(recorded.get("duration_seconds"), (int, float)):
+        return round(float(recorded["duration_seconds"]), 3)
+    if restarted or b.duration_seconds is None:
+        return None
+    return round(b.duration_seconds, 3)
+
+
+def batches(
+    log: BatchLog,
+    limit: int | None = None,
+    history: Mapping[int, Mapping[str, Any]] | None = None,
+    run_started: float | None = None,
+) -> list[BatchInfo]:
+    """The batches of the log (newest ``limit`` when given), oldest first.
+
+    ``history`` holds the recorded progress lines by batch id (their durations are the
+    measured ones); ``run_started`` is when the newest run started: a batch planned before
+    it and committed after it was re-run by that run.
+    """
+    history = history or {}
     out: list[BatchInfo] = []
     previous: dict[TopicPartition, int] = {}
     for i, b in enumerate(log.batches):
@@ -79,6 +119,12 @@ def batches(log: BatchLog, limit: int | None = None) -> list[BatchInfo]:
             ranges[str(tp)] = [start if start is not None else -1, b.end[tp]]
             if start is not None:
                 planned += max(0, b.end[tp] - start)
+        restarted = (
+            run_started is not None
+            and b.planned_at is not None
+            and b.planned_at < run_started
+            and (b.committed_at is None or b.committed_at > run_started)
+        )
         out.append(
             BatchInfo(
                 b.batch_id,
@@ -86,10 +132,11 @@ def batches(log: BatchLog, limit: int | None = None) -> list[BatchInfo]:
                 ranges,
                 planned,
                 _iso(b.planned_at),
-                None if b.duration_seconds is None else round(b.duration_seconds, 3),
+                _duration(b, history.get(b.batch_id), restarted and b.committed),
                 None
                 if b.processing_time_us is None
                 else from_micros(b.processing_time_us).isoformat(timespec="seconds"),
+                restarted,
             )
         )
         previous = b.end
@@ -179,7 +226,9 @@ def inspect_all(
     # After `inorder repair` the output's batch ids are this checkpoint's plus an offset.
     doc["output_batch_offset"] = target.batch_offset
     if want_batches:
-        doc["batches"] = [asdict(b) for b in batches(log, limit)]
+        history = read_history(target.checkpoint_root)
+        started = run_started_at(target.layout.local_root)
+        doc["batches"] = [asdict(b) for b in batches(log, limit, history, started)]
         snapshots = output_snapshots(target, limit)
         if snapshots is not None:
             doc["output_snapshots"] = snapshots
@@ -226,6 +275,8 @@ def format_inspect(doc: dict[str, Any]) -> list[str]:
         )
         state = "committed" if b["committed"] else "NOT committed"
         dur = "?" if b["duration_seconds"] is None else f"{b['duration_seconds']:.2f} s"
+        if b.get("restarted"):
+            dur += " (re-run after a restart)" if b["committed"] else " (to re-run)"
         shown = f"{b['batch_id']:>6}" + (f" (output {b['batch_id'] + shift})" if shift else "")
         lines.append(
             f"batch {shown} {state:<13} planned {b['planned_at']} took {dur} "

@@ -17,7 +17,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from inorder.ops.batchlog import load_batch_log
-from inorder.ops.inspect import PartitionStateInfo, batches, state_sizes
+from inorder.ops.inspect import PartitionStateInfo, batches, run_started_at, state_sizes
 from inorder.ops.target import OpsTarget
 from inorder.pipeline.batch_history import BatchHistory, read_history
 from inorder.pipeline.checkpoint_layout import RUN_LOCK_FILE
@@ -200,7 +200,7 @@ class StatusSource:
             self._config = _config(self.reference, target)
         recent = list(self.history.recent) if self.history is not None else None
         history = read_history(target.checkpoint_root, recent)
-        infos = batches(log)
+        infos = batches(log, None, history, run_started_at(target.layout.local_root))
         events = integrity_events(self.reference, infos, history)
         spark_lag = None
         if history:
