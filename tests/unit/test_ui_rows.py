@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import asdict
 from pathlib import Path
 
 from inorder.ops.batchlog import BatchEntry, BatchLog
@@ -54,8 +55,8 @@ def test_partition_rows() -> None:
     rows = partition_rows(log, batches(log), {A0: 460, A1: 90}, None, state, {A1: 3})
     a0, a1 = rows
     assert (a0.committed, a0.end_offset, a0.lag) == (400, 460, 60)
-    # 400 records from batch 0's planning (1000) to batch 2's commit (1022).
-    assert a0.records_per_second == round(400 / 22, 1)
+    # 400 records in the three batches' 2 s each (the pauses between them not counted).
+    assert a0.records_per_second == round(400 / 6, 1)
     assert a0.last_batch_at == "1970-01-01T00:17:02+00:00"
     assert (a0.state_keys, a0.state_bytes, a0.events) == (7, 700, 0)
     # A1's last batch with records was batch 1; the broker's end is below the committed
@@ -86,6 +87,63 @@ def test_batch_rows_join_history_and_output() -> None:
     ]
     assert rows[1].seconds == {"apply": 0.5} and rows[0].records == 150
     assert [r.committed for r in rows] == [True, True, True, False]
+    assert [r.state for r in rows] == ["committed"] * 3 + ["not committed"]
+
+
+def test_records_per_second_count_the_time_batches_ran_not_the_pauses() -> None:
+    # A small first batch, then the next trigger a minute later reads a backlog: 60,000
+    # records in 2 s. The rate is 60,010 records over the 4 s the batches ran, not over the
+    # 62 s since the small batch was planned.
+    log = BatchLog(
+        [
+            BatchEntry(0, {A0: 10}, True, 1000.0, 1002.0, None, {A0: 0}),
+            BatchEntry(1, {A0: 60_010}, True, 1060.0, 1062.0, None),
+        ]
+    )
+    (row,) = partition_rows(log, batches(log), {A0: 60_010}, None, [], {})
+    assert row.records_per_second == round(60_010 / 4, 1)
+    # A batch committed by a later run than the one that planned it: its recorded
+    # duration counts, not the days between the runs.
+    log.batches.append(BatchEntry(2, {A0: 70_010}, True, 2000.0, 90_000.0, None))
+    infos = batches(log, history={2: {"duration_seconds": 1.0}}, run_started=80_000.0)
+    (row,) = partition_rows(log, infos, {A0: 70_010}, None, [], {})
+    assert row.records_per_second == round(70_010 / 5, 1)
+
+
+def _states(running: bool | None, output: dict[int, tuple[int, int]]) -> list[object]:
+    log = _log()  # batch 3 is planned, not committed by Spark
+    history = {3: {"output_rows": 99, "output_files": 9}}  # another attempt's line
+    rows = batch_rows(batches(log), history, output, 0, running)
+    return [(r.state, r.output_committed, r.output_rows) for r in rows[2:]]
+
+
+def test_batch_states_say_what_is_true() -> None:
+    # The batch in flight is running; its output rows are unknown until it commits.
+    assert _states(True, {}) == [("committed", False, 0), ("running", False, None)]
+    # Stopped while it was planned: the next start re-runs it.
+    assert _states(False, {}) == [("committed", False, 0), ("interrupted", False, None)]
+    # The sink committed its output, Spark's commit has not followed yet: the rows are
+    # shown, and the state says they are in the output.
+    assert _states(True, {3: (5, 1)}) == [("committed", False, 0), ("running", True, 5)]
+    running = _page_batches(True, {})
+    assert 'class="running" data-field="state">running<' in running
+    assert 'class="bad"' not in running and "not committed" not in running
+    interrupted = _page_batches(False, {3: (5, 1)})
+    assert "interrupted: re-run at the next start · output committed" in interrupted
+    assert 'class="bad"' not in interrupted
+
+
+def _page_batches(running: bool, output: dict[int, tuple[int, int]]) -> str:
+    rows = batch_rows(batches(_log()), {}, output, 0, running)
+    doc = {
+        "checkpoint": "c", "broker": "reachable", "running": running,
+        "last_committed_batch": 2, "batches_in_log": 4, "partitions": [],
+        "batches": [asdict(r) for r in rows], "events": [], "resets": [],
+        "history_recorded": True, "state": [],
+        "output": {"kind": "parquet", "location": "o", "files": 1, "rows": 1, "bytes": 1},
+    }  # fmt: skip
+    html = render_live(doc)
+    return html[html.index("<h2>Batches") :]
 
 
 def test_integrity_events_name_the_batch_range_and_replay() -> None:

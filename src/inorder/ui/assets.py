@@ -44,7 +44,8 @@ pre { font:12px ui-monospace,SFMono-Regular,Menlo,monospace; background:#f0f2f5;
   font-weight:600; color:#fff; }
 .badge.ok { background:var(--ok); } .badge.idle { background:#7b8794; }
 .badge.warn { background:var(--warn); } .badge.bad { background:var(--bad); }
-.bad { color:var(--bad); font-weight:600; } .muted, .empty { color:var(--muted); }
+.bad { color:var(--bad); font-weight:600; } .running { color:var(--ok); font-weight:600; }
+.pending { color:var(--warn); } .muted, .empty { color:var(--muted); }
 svg.chart { width:100%; height:auto; display:block; }
 svg .grid { stroke:var(--line); } svg .tick { fill:var(--muted); font-size:10px; }
 svg .line { fill:none; stroke-width:1.8; } svg .hover { fill:transparent; }

@@ -148,8 +148,8 @@ def _partitions(doc: Mapping[str, Any]) -> str:
             "the one the last recorded batch saw.</p>"
         )
     return (
-        "<section><h2>Topic-partitions<small>records/s over the last 10 committed batches"
-        f"</small></h2>{_table(head, rows, attrs)}{note}</section>"
+        "<section><h2>Topic-partitions<small>records/s: the last 10 committed batches' "
+        f"records over the time they ran</small></h2>{_table(head, rows, attrs)}{note}</section>"
     )
 
 
@@ -192,6 +192,25 @@ def _charts(doc: Mapping[str, Any]) -> str:
     )
 
 
+#: How each batch state reads, and its class: only a fault is red, and an interrupted
+#: batch is none (the next start re-runs it; its output is still written once).
+_STATES = {
+    "committed": ("committed", ""),
+    "running": ("running", "running"),
+    "interrupted": ("interrupted: re-run at the next start", "pending"),
+    "not committed": ("not committed yet", "pending"),
+}
+
+
+def _batch_state(b: Mapping[str, Any]) -> str:
+    text, css = _STATES.get(b.get("state") or "", (str(b.get("state")), ""))
+    if b.get("output_committed"):
+        # The sink commits before Spark does: the rows shown are in the output already.
+        text += " · output committed"
+    cell = f'<span class="{css}" data-field="state">{escape(text)}</span>'
+    return cell
+
+
 def _batch_table(doc: Mapping[str, Any]) -> str:
     head = [
         ("batch", True),
@@ -209,7 +228,7 @@ def _batch_table(doc: Mapping[str, Any]) -> str:
         rows.append(
             [
                 _n(b["batch_id"]),
-                "committed" if b["committed"] else '<span class="bad">not committed</span>',
+                _batch_state(b),
                 _time(b["planned_at"]),
                 _n(b["duration_seconds"]),
                 _n(b["records"]),

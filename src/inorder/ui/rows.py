@@ -37,6 +37,12 @@ class PartitionRow:
     ignored: int = 0
 
 
+#: What a batch shows as its state: Spark committed it; it runs now; a run stopped while it
+#: was planned or running (the next start re-runs it); not committed, whether it runs is
+#: not known from here (an object-store checkpoint, another machine's run).
+BATCH_STATES = ("committed", "running", "interrupted", "not committed")
+
+
 @dataclass
 class BatchRow:
     """One micro-batch: its records, output and where its time went."""
@@ -44,6 +50,11 @@ class BatchRow:
     batch_id: int
     output_batch_id: int
     committed: bool
+    #: One of :data:`BATCH_STATES`.
+    state: str
+    #: Whether the output holds this batch's rows although Spark has not committed it yet
+    #: (the sink commits first, Spark's commit follows: a re-run then writes nothing).
+    output_committed: bool
     planned_at: str | None
     duration_seconds: float | None
     records: int
@@ -102,6 +113,22 @@ def replay_command(
     return shlex.join(parts)
 
 
+def _window_rate(window: Sequence[tuple[Any, BatchInfo]], key: str) -> tuple[int, float | None]:
+    """Records of ``key`` in the window's batches, and the seconds those batches ran.
+
+    Only the batches' own time counts: the pauses between them (a trigger interval, an
+    idle stream, a stopped pipeline) are not processing, and counting them made a window
+    opened by one small batch long ago report a tiny rate.
+    """
+    records, seconds = 0, 0.0
+    for _, info in window:
+        start, end = info.ranges.get(key, (-1, -1))
+        records += max(0, end - start) if start >= 0 else 0
+        if info.duration_seconds is not None:
+            seconds += info.duration_seconds
+    return records, (seconds if seconds > 0 else None)
+
+
 def partition_rows(
     log: BatchLog,
     infos: Sequence[BatchInfo],
@@ -113,7 +140,9 @@ def partition_rows(
     """Per topic-partition: committed and end offsets, lag, records/s, last batch, state.
 
     ``ends`` are the broker's end offsets (``None``: not reachable); without them the lag is
-    the one Spark saw when it planned the newest batch (``spark_lag``), when known.
+    the one Spark saw when it planned the newest batch (``spark_lag``), when known. The
+    records/s are a partition's records over the last :data:`RATE_WINDOW` committed
+    batches divided by the time those batches ran (their durations, summed).
     """
     last = log.last_committed()
     committed = dict(last.end) if last is not None else {}
@@ -124,15 +153,7 @@ def partition_rows(
     rows = []
     for tp in tps:
         key = str(tp)
-        records = 0
-        for _, info in window:
-            start, end = info.ranges.get(key, (-1, -1))
-            records += max(0, end - start) if start >= 0 else 0
-        span = (
-            window[-1][0].committed_at - window[0][0].planned_at
-            if window and window[-1][0].committed_at and window[0][0].planned_at
-            else None
-        )
+        records, seconds = _window_rate(window, key)
         last_at = None
         for entry, info in reversed(done):
             start, end = info.ranges.get(key, (-1, -1))
@@ -153,7 +174,7 @@ def partition_rows(
                 position,
                 end_offset,
                 lag,
-                None if not span or span <= 0 else round(records / span, 1),
+                None if seconds is None else round(records / seconds, 1),
                 last_at,
                 None if size is None else size.keys,
                 None if size is None else size.state_bytes,
@@ -163,20 +184,35 @@ def partition_rows(
     return rows
 
 
+def batch_state(info: BatchInfo, newest: bool, running: bool | None) -> str:
+    """The state a batch shows (one of :data:`BATCH_STATES`)."""
+    if info.committed:
+        return "committed"
+    if running is None:
+        return "not committed"
+    # Spark plans one batch at a time: only the newest can be in flight.
+    return "running" if running and newest else "interrupted"
+
+
 def batch_rows(
     infos: Sequence[BatchInfo],
     history: Mapping[int, Mapping[str, Any]],
     output: Mapping[int, tuple[int, int]] | None,
     batch_offset: int,
+    running: bool | None = None,
 ) -> list[BatchRow]:
     """The batches of the log joined with their recorded progress and their output.
 
     ``output`` maps an output batch id to its (rows, files) still in the output (compaction
     merges files of old batches: theirs are then unknown); the recorded progress line wins.
+    A batch Spark has not committed shows only what its output holds: a progress line of
+    its batch id is another attempt's (a run's line is recorded after Spark's commit).
+    ``running``: whether a run holds the checkpoint now (``None``: unknown).
     """
     rows = []
+    newest = max((i.batch_id for i in infos), default=None)
     for info in infos:
-        line = history.get(info.batch_id) or {}
+        line = (history.get(info.batch_id) or {}) if info.committed else {}
         out_rows = line.get("output_rows")
         out_files = line.get("output_files")
         found = None if output is None else output.get(info.batch_id + batch_offset)
@@ -189,6 +225,8 @@ def batch_rows(
                 info.batch_id,
                 info.batch_id + batch_offset,
                 info.committed,
+                batch_state(info, info.batch_id == newest, running),
+                not info.committed and found is not None,
                 info.planned_at,
                 info.duration_seconds,
                 info.records_planned,

@@ -190,6 +190,11 @@ class StatusSource:
 
     def _status(self) -> dict[str, Any]:
         target = self.target
+        running = _running(target.layout.local_root)
+        # The history before the log: a run records a batch's line after Spark's commit, so
+        # every line read here belongs to a batch the log (read next) shows committed.
+        recent = list(self.history.recent) if self.history is not None else None
+        history = read_history(target.checkpoint_root, recent)
         log = load_batch_log(target.spark_dir, target.engine)
         last = log.last_committed()
         self._refresh_committed(
@@ -198,8 +203,6 @@ class StatusSource:
         self._broker(log.partitions())
         if self._config is None:
             self._config = _config(self.reference, target)
-        recent = list(self.history.recent) if self.history is not None else None
-        history = read_history(target.checkpoint_root, recent)
         infos = batches(log, None, history, run_started_at(target.layout.local_root))
         events = integrity_events(self.reference, infos, history)
         spark_lag = None
@@ -224,7 +227,7 @@ class StatusSource:
             "version": _version(),
             "checkpoint": target.checkpoint_root,
             "generated_at": self._clock(),
-            "running": _running(target.layout.local_root),
+            "running": running,
             "last_committed_batch": None if last is None else last.batch_id,
             "batches_in_log": len(log.batches),
             "batch_offset": target.batch_offset,
@@ -232,7 +235,9 @@ class StatusSource:
             "partitions": [asdict(p) for p in partitions],
             "batches": [
                 asdict(b)
-                for b in batch_rows(shown, history, output.by_batch, target.batch_offset)
+                for b in batch_rows(
+                    shown, history, output.by_batch, target.batch_offset, running
+                )
             ],
             "history_recorded": bool(history),
             "events": [asdict(e) for e in events[:RESETS_SHOWN]],
