@@ -4,7 +4,8 @@
 # (each includes the one before):
 #
 #   bash scripts/setup.sh demo           inorder + the local Kafka broker `inorder demo` starts
-#   bash scripts/setup.sh dev-services   + the local S3 server: all that `inorder dev up` runs
+#   bash scripts/setup.sh dev-services   + the local S3 server and the registry formats: all
+#                                        that `inorder dev up` runs
 #   bash scripts/setup.sh [dev]          + the test and check tools (the default; scripts/test.sh)
 #   bash scripts/setup.sh --which-python   print the Python it would use, install nothing
 #
