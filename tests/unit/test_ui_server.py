@@ -204,3 +204,32 @@ def test_binding_beyond_loopback_needs_the_flag() -> None:
         check_bind("0.0.0.0", False, TOKEN, warn)
     check_bind("0.0.0.0", True, None, warn)
     assert "WARNING" in warn.getvalue() and "NO token" in warn.getvalue()
+
+
+def test_healthz_is_open_reveals_nothing_and_the_docs_say_so(
+    served: tuple[UiServer, Path],
+) -> None:
+    server, _ = served
+    # Load balancers and probes often cannot send a token: /healthz answers without one,
+    # and the same whatever token comes with it (never an oracle for guessing it).
+    answers = [
+        get(server, "/healthz", headers)
+        for headers in ({}, AUTH, {"Authorization": "Bearer wrong"}, {"Cookie": "x=1"})
+    ]
+    answers.append(get(server, "/healthz?token=wrong"))
+    answers.append(get(server, f"/healthz?token={TOKEN}"))
+    from inorder import __version__
+
+    for status, headers, body in answers:
+        assert (status, body) == (200, "ok\n")
+        assert "set-cookie" not in headers and "location" not in headers
+        assert NAME not in str(headers) and __version__ not in str(headers)
+    assert len({tuple(sorted(h.items())) for _, h, _ in answers}) == 1
+    assert get(server, "/healthz", method="HEAD")[0] == 200
+    # Everything else still needs the token, and the documentation says which is which.
+    assert get(server, "/healthz/")[0] == 401
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    token = docs[docs.index("* `--token T`") :]
+    token = token[: token.index("\n* ")]
+    assert "every request except `/healthz` needs it" in token, token
+    assert "answers `ok` to anyone" in token, token
