@@ -12,9 +12,9 @@ import pytest
 from deltalake import DeltaTable
 from tests.fixtures.sink_cases import stage_batch
 
-from inorder.sinks.base import SinkError, WrittenFile
+from inorder.sinks.base import ConsumedOffsets, DuplicateCommitError, SinkError, WrittenFile
 from inorder.sinks.compaction import compact_delta
-from inorder.sinks.delta import DeltaSink
+from inorder.sinks.delta import BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY, DeltaSink
 from inorder.storage import fs as sfs
 
 SCHEMA = pa.schema(
@@ -219,3 +219,31 @@ def test_log_is_checkpointed_and_expired_entries_deleted(
     table = DeltaTable(loc.delta_uri(), storage_options=loc.storage_options())
     offsets = table.to_pyarrow_table(columns=["offset"]).column("offset").to_pylist()
     assert sorted(offsets) == list(range(batches * 6))
+
+
+def test_commit_info_carries_offsets_and_file_digests(tmp_path: Path) -> None:
+    sink = DeltaSink(str(tmp_path / "t"), partition_by=["topic"], app_id="q")
+    sink.check(SCHEMA)
+    for b in range(2):
+        consumed = [ConsumedOffsets("in", 0, b * 10, b * 10 + 9)]
+        assert sink.commit_consumed(b, stage(sink, b, 100), consumed)
+    entries = [h for h in DeltaTable(str(tmp_path / "t")).history() if BATCH_ID_KEY in h]
+    by_batch = {int(h[BATCH_ID_KEY]): h for h in entries}
+    assert json.loads(by_batch[0][OFFSETS_KEY]) == {"in/0": [0, 10]}
+    assert json.loads(by_batch[1][OFFSETS_KEY]) == {"in/0": [10, 20]}
+    files = json.loads(by_batch[1][FILES_KEY])
+    assert sum(rows for rows, _ in files.values()) == 100
+    assert all(digest and len(digest) == 16 for _, digest in files.values())
+
+
+def test_a_second_commit_of_one_batch_is_refused_at_the_commit_point(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    sink = DeltaSink(path, partition_by=["topic"], app_id="q")
+    sink.check(SCHEMA)
+    assert sink.commit(0, stage(sink, 0, 100))
+    # A driver whose idempotency check missed the commit (a stale view, a twin driver).
+    sink._already_committed = lambda table, batch_id: False  # type: ignore[method-assign]
+    with pytest.raises(DuplicateCommitError, match="batch 0 of app id 'q' is already in"):
+        sink.commit(0, stage(sink, 0, 100, key="twin"))
+    assert DeltaTable(path).version() == 1
+    assert read(path, None).num_rows == 100

@@ -29,7 +29,14 @@ from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate as validate_output
 from inorder.pipeline.config import build_pipeline, validate
 from inorder.records import TopicPartition
-from inorder.sinks.base import SinkError, StoredSink, WrittenFile
+from inorder.sinks.base import (
+    ConsumedOffsets,
+    DuplicateCommitError,
+    SinkError,
+    StoredSink,
+    WrittenFile,
+)
+from inorder.sinks.delta import FILES_KEY
 from inorder.sinks.iceberg import BATCH_ID_KEY, OFFSETS_KEY, IcebergSink, batch_summaries
 from inorder.sinks.iceberg_history import ROW_OFFSETS_KEY
 from inorder.sinks.parquet import read_committed
@@ -415,3 +422,22 @@ def test_session_pipeline_onto_iceberg_equals_parquet_and_the_truth(
         for r in changes.select(["topic", "partition"]).to_pylist()
         if r == {"topic": tp.topic, "partition": 0}
     )
+
+
+def test_summary_carries_file_digests_and_a_second_commit_is_refused(tmp_path: Path) -> None:
+    sink = new_sink((str(tmp_path / "wh"), None), tmp_path, app_id="q")
+    sink.check(SCHEMA)
+    consumed = [ConsumedOffsets("in", 0, 0, 9)]
+    assert sink.commit_consumed(0, stage(sink, 0, 100), consumed)
+    table = sink.load_table()
+    assert table is not None
+    (summary,) = batch_summaries(table)
+    files = json.loads(summary[FILES_KEY])
+    assert sum(rows for rows, _ in files.values()) == 100
+    assert all(p.startswith("data/") and len(digest) == 16 for p, (_, digest) in files.items())
+    # A driver whose idempotency check missed the commit (a stale view, a twin driver).
+    sink._already_committed = lambda table, batch_id: False  # type: ignore[method-assign]
+    with pytest.raises(DuplicateCommitError, match="batch 0 of app id 'q' is already in"):
+        sink.commit_consumed(0, stage(sink, 0, 100), consumed)
+    table = sink.load_table()
+    assert table is not None and len(table.snapshots()) == 1

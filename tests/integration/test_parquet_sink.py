@@ -16,9 +16,19 @@ import pytest
 from tests.fixtures.sink_cases import stage_batch
 
 from inorder import cli
-from inorder.sinks.base import SinkError, WrittenFile
+from inorder.sinks.base import ConsumedOffsets, SinkError, WrittenFile
 from inorder.sinks.compaction import compact_parquet
-from inorder.sinks.parquet import ParquetSink, committed_files, read_committed
+from inorder.sinks.parquet import (
+    COMMITS_DIR,
+    ParquetSink,
+    committed_files,
+    forget_manifest,
+    load_state,
+    manifest_name,
+    read_committed,
+    read_manifest,
+)
+from inorder.sinks.proof import format_digest, table_digest
 from inorder.storage import fs as sfs
 
 SCHEMA = pa.schema(
@@ -365,3 +375,43 @@ def test_output_of_another_checkpoint_is_refused(tmp_path: Path) -> None:
     other.bind("checkpoint-b")
     with pytest.raises(SinkError, match="another pipeline checkpoint"):
         other.check(SCHEMA)
+
+
+def test_manifests_and_checkpoints_carry_offsets_and_digests(tmp_path: Path) -> None:
+    path = str(tmp_path / "out")
+    sink = ParquetSink(path, partition_by=["topic"], checkpoint_interval=3)
+    sink.check(SCHEMA)
+    for b in range(4):
+        consumed = [ConsumedOffsets("in", 0, b * 10, b * 10 + 9), ConsumedOffsets("in", 1, None, 4)]
+        assert sink.commit_consumed(b, stage(sink, b, 100), consumed)
+    loc = sfs.resolve(path)
+    manifest = read_manifest(loc, f"{COMMITS_DIR}/{manifest_name(3)}")
+    assert manifest["offsets"] == {"in/0": [30, 40], "in/1": [5, 5]}
+    for entry in manifest["files"]:
+        table = pq.ParquetFile(loc.join(entry["final"])).read()
+        assert entry["digest"] == format_digest(table_digest(table))
+    # Batches 0-2 are folded into the checkpoint: their ranges and digests stay in it.
+    state = load_state(loc)
+    assert state.checkpoint == 2
+    assert state.offsets == {"in/0": [[0, 40]], "in/1": [[5, 5]]}
+    assert all(f.digest is not None for f in state.files.values())
+
+
+def test_manifests_of_the_previous_release_still_read_and_resume(tmp_path: Path) -> None:
+    path = str(tmp_path / "out")
+    sink = ParquetSink(path, partition_by=["topic"], checkpoint_interval=0)
+    sink.check(SCHEMA)
+    assert sink.commit(0, stage(sink, 0, 100))
+    loc = sfs.resolve(path)
+    rel = f"{COMMITS_DIR}/{manifest_name(0)}"
+    old = read_manifest(loc, rel)
+    for entry in old["files"]:  # as written before commits carried proofs
+        del entry["digest"]
+    sfs.delete_quietly(loc, loc.join(rel))
+    sfs.write_bytes(loc, loc.join(rel), json.dumps(old).encode())
+    forget_manifest(loc, rel)
+    again = ParquetSink(path, partition_by=["topic"], checkpoint_interval=0)
+    again.check(SCHEMA)
+    assert again.commit_consumed(1, stage(again, 1, 100), [ConsumedOffsets("in", 0, 0, 9)])
+    assert read_committed(path).num_rows == 200
+    assert [f.digest is None for f in committed_files(path)].count(True) == len(old["files"])

@@ -30,6 +30,7 @@ class ResultFile(msgspec.Struct, frozen=True, gc=False):
     size_bytes: int
     partition_values: dict[str, str | None] = {}
     stats: str | None = None
+    digest: str | None = None
 
     @classmethod
     def of(cls, written: WrittenFile) -> ResultFile:
@@ -40,12 +41,18 @@ class ResultFile(msgspec.Struct, frozen=True, gc=False):
             written.size_bytes,
             dict(written.partition_values),
             written.stats,
+            written.digest,
         )
 
     def written(self) -> WrittenFile:
         """Back to the sink's descriptor."""
         return WrittenFile(
-            self.path, self.rows, self.size_bytes, dict(self.partition_values), self.stats
+            self.path,
+            self.rows,
+            self.size_bytes,
+            dict(self.partition_values),
+            self.stats,
+            self.digest,
         )
 
 

@@ -24,6 +24,15 @@ if TYPE_CHECKING:
     from inorder.storage.fs import Location
 
 
+class DuplicateCommitError(SinkError):
+    """A commit of a batch that the output already holds was about to be made.
+
+    Raised at the commit point when the batch id is found committed there although the
+    sink's idempotency check had not seen it (another driver with the same app id, a stale
+    view): committing would add the batch's rows a second time.
+    """
+
+
 @dataclass(frozen=True, slots=True)
 class WrittenFile:
     """A staged file written by a task, waiting for its batch's commit."""
@@ -35,6 +44,8 @@ class WrittenFile:
     partition_values: dict[str, str | None] = field(default_factory=dict)
     stats: str | None = None
     """Optional column statistics as Delta ``add.stats`` JSON (numRecords, min/max, nulls)."""
+    digest: str | None = None
+    """The digest of the file's rows (:mod:`inorder.sinks.proof`), ``None`` if not computed."""
 
 
 @dataclass(frozen=True, slots=True)

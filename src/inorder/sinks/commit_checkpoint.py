@@ -46,6 +46,7 @@ from inorder.sinks.commit_log import (
     read_checkpoint,
     read_manifest,
 )
+from inorder.sinks.proof import fold_ranges
 from inorder.storage import fs as sfs
 
 
@@ -66,8 +67,10 @@ def write_checkpoint(
     schema: str | None = None
     partition_by: list[str] = []
     owner: str | None = None
+    offsets: dict[str, list[list[int]]] = {}
     if base is not None:
         doc = read_checkpoint(location, base)
+        offsets = fold_ranges(doc.get("offsets", {}), {})
         files = {e["final"]: live_file(e) for e in doc["files"]}
         batches = BatchIds(doc["batches"])
         floor = int(doc["compaction_seq"])
@@ -85,6 +88,7 @@ def write_checkpoint(
         schema = manifest.get("schema") or schema
         partition_by = list(manifest.get("partition_by", partition_by))
         owner = manifest.get("owner")
+        offsets = fold_ranges(offsets, manifest.get("offsets", {}))
         for entry in manifest["files"]:
             files[entry["final"]] = live_file(entry)
         upto = bid
@@ -116,12 +120,15 @@ def write_checkpoint(
         "owner": owner,
         "partition_by": partition_by,
         "schema": schema,
+        # The folded ranges of every batch up to here: the proof survives the manifests.
+        "offsets": offsets,
         "files": [
             {
                 "final": f.path,
                 "rows": f.rows,
                 "size_bytes": f.size_bytes,
                 "partition_values": f.partition_values,
+                **({"digest": f.digest} if f.digest is not None else {}),
             }
             for f in files.values()
         ],

@@ -16,13 +16,15 @@ import bisect
 import json
 import time
 import urllib.parse
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, overload
 
 import pyarrow as pa
 
 from inorder.sinks.base import SinkError
+from inorder.sinks.proof import fold_ranges
 from inorder.storage import fs as sfs
 
 META_DIR = "_inorder"
@@ -81,6 +83,8 @@ class LiveFile:
     rows: int
     size_bytes: int
     partition_values: dict[str, str | None]
+    digest: str | None = None
+    """Digest of the file's rows (:mod:`inorder.sinks.proof`); ``None`` in older commits."""
 
 
 class BatchIds(Sequence[int]):
@@ -166,6 +170,9 @@ class DatasetState:
     """Highest compaction sequence number folded into that checkpoint (-1: none)."""
     owner: str | None = None
     """Owner recorded in the checkpoint (the owner of its last batch)."""
+    offsets: dict[str, list[list[int]]] = field(default_factory=dict)
+    """Per ``"<topic>/<partition>"``, the offset ranges the done batches consumed, folded
+    (:func:`inorder.sinks.proof.fold_ranges`); empty for commits of older releases."""
 
 
 _MANIFEST_CACHE: dict[tuple[str, str], dict[str, Any]] = {}
@@ -310,8 +317,10 @@ def _load_state_once(location: sfs.Location, include_pending_compactions: bool) 
     base = listing.newest_checkpoint
     floor = -1
     owner: str | None = None
+    offsets: dict[str, list[list[int]]] = {}
     if base is not None:
         doc = read_checkpoint(location, base)
+        offsets = fold_ranges(doc.get("offsets", {}), {})
         for entry in doc["files"]:
             files[entry["final"]] = live_file(entry)
         batches = BatchIds(doc["batches"])
@@ -333,6 +342,7 @@ def _load_state_once(location: sfs.Location, include_pending_compactions: bool) 
         if manifest.get("schema"):
             schema = decode_schema(manifest["schema"])
         partition_by = list(manifest.get("partition_by", partition_by))
+        offsets = fold_ranges(offsets, manifest.get("offsets", {}))
         for entry in manifest["files"]:
             files[entry["final"]] = live_file(entry)
     compactions: list[int] = []
@@ -351,7 +361,7 @@ def _load_state_once(location: sfs.Location, include_pending_compactions: bool) 
         for entry in manifest["files"]:
             files[entry["final"]] = live_file(entry)
     return DatasetState(
-        files, batches, compactions, schema, partition_by, pending, base, floor, owner
+        files, batches, compactions, schema, partition_by, pending, base, floor, owner, offsets
     )
 
 
@@ -390,6 +400,7 @@ def live_file(entry: Mapping[str, Any]) -> LiveFile:
         rows=int(entry["rows"]),
         size_bytes=int(entry["size_bytes"]),
         partition_values=dict(entry.get("partition_values", {})),
+        digest=entry.get("digest"),
     )
 
 
@@ -429,3 +440,26 @@ def file_batch_id(path: str) -> int | None:
     if name.startswith("part-") and name[5:15].isdigit():
         return int(name[5:15])
     return None
+
+
+def check_writable(location: sfs.Location) -> None:
+    """Probe the location with create-only writes and a delete; :class:`SinkError` if unusable.
+
+    On S3 the probe is written twice and the second write must be refused: a store that
+    ignores ``If-None-Match: *`` cannot commit exactly once, so it is refused here.
+    """
+    secrets = (location.s3.secret_access_key, location.s3.session_token) if location.s3 else ()
+    probe = location.join(META_DIR, f"probe-{uuid.uuid4().hex}")
+    try:
+        if location.is_s3:
+            sfs.check_conditional_writes(location, probe)
+        else:
+            location.filesystem.create_dir(location.join(COMMITS_DIR), recursive=True)
+            sfs.put_if_absent(location, probe, b"probe")
+            sfs.delete_quietly(location, probe)
+    except PermissionError as exc:
+        raise SinkError(f"{location.uri} is not writable: {exc.strerror}") from None
+    except (SinkError, OSError) as exc:
+        raise SinkError(
+            f"{location.uri} is not usable: {sfs.describe_error(exc, secrets)}"
+        ) from None

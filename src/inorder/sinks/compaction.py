@@ -54,6 +54,7 @@ from inorder.sinks.commit_log import (
     partition_dir,
     read_manifest,
 )
+from inorder.sinks.proof import format_digest, table_digest
 from inorder.storage import fs as sfs
 
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -232,6 +233,7 @@ class StagedRecord:
                 "rows": table.num_rows,
                 "size_bytes": int(location.filesystem.get_file_info(full).size or 0),
                 "partition_values": partition_values,
+                "digest": format_digest(table_digest(table)),
             }
         )
 

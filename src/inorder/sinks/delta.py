@@ -22,6 +22,7 @@ sink creates the table.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import urllib.parse
@@ -31,16 +32,28 @@ from typing import Any
 
 import pyarrow as pa
 
-from inorder.sinks.base import BatchWriter, SinkError, WrittenFile
+from inorder.sinks.base import (
+    BatchWriter,
+    ConsumedOffsets,
+    DuplicateCommitError,
+    SinkError,
+    WrittenFile,
+)
 from inorder.sinks.parquet import (
     DEFAULT_TARGET_FILE_SIZE,
     FileSink,
     ParquetBatchWriter,
     check_writable,
 )
+from inorder.sinks.proof import consumed_ranges
 from inorder.storage import fs as sfs
 
 DEFAULT_APP_ID = "inorder"
+#: ``commitInfo`` keys of a batch commit: the proof ``inorder verify`` reads.
+APP_ID_KEY = "inorder.app-id"
+BATCH_ID_KEY = "inorder.batch-id"
+OFFSETS_KEY = "inorder.offsets"
+FILES_KEY = "inorder.files"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -144,6 +157,12 @@ class DeltaSink(FileSink):
         self.target_file_size = int(target_file_size)
         self.compact = compact
         self.table_properties = dict(table_properties) if table_properties else None
+        self._ends: dict[str, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_ends"] = None
+        return state
 
     def bind(self, owner: str) -> None:
         """Use the pipeline checkpoint's id as ``app_id`` (unless one was given)."""
@@ -278,8 +297,23 @@ class DeltaSink(FileSink):
 
     def commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
         """One Delta commit with the batch's files and ``txn(app_id, batch_id)``."""
+        return self._commit_batch(batch_id, files, None)
+
+    def commit_consumed(
+        self, batch_id: int, files: Sequence[WrittenFile], consumed: Sequence[ConsumedOffsets]
+    ) -> bool:
+        """:meth:`commit`, recording in ``commitInfo`` the ``[start, end)`` the batch
+        consumed per partition (``inorder.offsets``)."""
+        return self._commit_batch(batch_id, files, consumed)
+
+    def _commit_batch(
+        self,
+        batch_id: int,
+        files: Sequence[WrittenFile],
+        consumed: Sequence[ConsumedOffsets] | None,
+    ) -> bool:
         try:
-            committed = self._commit(batch_id, files)
+            committed = self._commit(batch_id, files, consumed)
         except SinkError:
             raise
         except Exception as exc:
@@ -299,13 +333,38 @@ class DeltaSink(FileSink):
             )
         return committed
 
-    def _commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
+    def _already_committed(self, table: Any, batch_id: int) -> bool:
+        """Whether ``table`` holds ``batch_id`` (or a later batch) of ``app_id``: then the
+        commit is a re-run and changes nothing."""
+        version = table.transaction_version(self.app_id)
+        return version is not None and int(version) >= batch_id
+
+    def _guard(self, batch_id: int) -> None:
+        """Refuse a second commit of ``batch_id``, read from the newest table version.
+
+        delta-rs does not reject a commit whose ``txn`` repeats one already in the log, so
+        a driver that decided on a stale view would add the batch's rows twice.
+        """
+        version = self._table().transaction_version(self.app_id)
+        if version is not None and int(version) >= batch_id:
+            raise DuplicateCommitError(
+                f"{self.path}: batch {batch_id} of app id {self.app_id!r} is already in the "
+                f"Delta table (its transactions reach batch {int(version)}); refusing to "
+                "commit it a second time. Another driver is writing this table with the "
+                "same app id: stop it, then run again"
+            )
+
+    def _commit(
+        self,
+        batch_id: int,
+        files: Sequence[WrittenFile],
+        consumed: Sequence[ConsumedOffsets] | None,
+    ) -> bool:
         from deltalake.transaction import AddAction, CommitProperties, Transaction
 
         table = self._table()
-        version = table.transaction_version(self.app_id)
         loc = self.location
-        if version is not None and version >= batch_id:
+        if self._already_committed(table, batch_id):
             for f in files:
                 sfs.delete_quietly(loc, loc.join(f.path))
             return False
@@ -324,13 +383,43 @@ class DeltaSink(FileSink):
             )
             for f in files
         ]
+        metadata = {
+            APP_ID_KEY: self.app_id,
+            BATCH_ID_KEY: str(batch_id),
+            FILES_KEY: files_proof(files),
+        }
+        ranges = None
+        if consumed is not None:
+            ranges = consumed_ranges(consumed, self._previous_ends(table))
+            metadata[OFFSETS_KEY] = json.dumps(ranges, separators=(",", ":"))
+        self._guard(batch_id)
         table.create_write_transaction(
             actions,
             mode="append",
             schema=schema,
             partition_by=self.partition_by or None,
             commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=self.app_id, version=batch_id)]
+                app_transactions=[Transaction(app_id=self.app_id, version=batch_id)],
+                custom_metadata=metadata,
             ),
         )
+        if ranges is not None and self._ends is not None:
+            self._ends.update({k: v[1] for k, v in ranges.items()})
         return True
+
+    def _previous_ends(self, table: Any) -> dict[str, int]:
+        """Where ``app_id``'s previous batches left each partition (from ``commitInfo``)."""
+        if self._ends is None:
+            self._ends = {}
+            for entry in table.history():  # newest first
+                if entry.get(APP_ID_KEY) != self.app_id or OFFSETS_KEY not in entry:
+                    continue
+                for name, (_, end) in json.loads(entry[OFFSETS_KEY]).items():
+                    self._ends.setdefault(name, int(end))
+        return dict(self._ends)
+
+
+def files_proof(files: Sequence[WrittenFile]) -> str:
+    """``{path: [rows, digest]}`` of a batch's files as JSON (the commit's proof of its rows)."""
+    proof = {f.path: [f.rows, f.digest] for f in files}
+    return json.dumps(proof, separators=(",", ":"), sort_keys=True)

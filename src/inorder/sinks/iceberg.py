@@ -30,8 +30,15 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from inorder.sinks.base import BatchWriter, ConsumedOffsets, Sink, SinkError, WrittenFile
-from inorder.sinks.delta import delta_schema
+from inorder.sinks.base import (
+    BatchWriter,
+    ConsumedOffsets,
+    DuplicateCommitError,
+    Sink,
+    SinkError,
+    WrittenFile,
+)
+from inorder.sinks.delta import FILES_KEY, delta_schema, files_proof
 from inorder.sinks.evolution import schema_change
 from inorder.sinks.iceberg_catalog import (
     PartitionField,
@@ -312,11 +319,11 @@ class IcebergSink(Sink):
             APP_ID_KEY: self.app_id,
             BATCH_ID_KEY: str(batch_id),
             ROW_OFFSETS_KEY: json.dumps(merge_offsets(files), separators=(",", ":")),
+            FILES_KEY: files_proof(files),
         }
         for attempt in range(COMMIT_ATTEMPTS):
             table = self._load_for_commit()
-            last = last_batch(table, self.app_id)
-            if last is not None and last >= batch_id:
+            if self._already_committed(table, batch_id):
                 self._delete(files)
                 return False
             if consumed is not None:
@@ -324,6 +331,7 @@ class IcebergSink(Sink):
                 # that won the race moves where this batch's ranges start.
                 ranges = input_ranges(table, self.app_id, consumed)
                 summary[OFFSETS_KEY] = json.dumps(ranges, separators=(",", ":"))
+            self._guard(table, batch_id)
             try:
                 self._commit_snapshot(table, paths, summary)
                 return True
@@ -336,6 +344,24 @@ class IcebergSink(Sink):
             f"{self.describe()}: commit of batch {batch_id} lost {COMMIT_ATTEMPTS} concurrent "
             "commit races in a row; another writer keeps committing to this table"
         )
+
+    def _already_committed(self, table: Table, batch_id: int) -> bool:
+        """Whether ``table`` holds ``batch_id`` (or a later batch) of ``app_id``: then the
+        commit is a re-run and changes nothing."""
+        last = last_batch(table, self.app_id)
+        return last is not None and last >= batch_id
+
+    def _guard(self, table: Table, batch_id: int) -> None:
+        """Refuse a second snapshot of ``batch_id``: any ancestor of the snapshot this commit
+        builds on that already records it (whatever came after it) stops the commit."""
+        for summary in batch_summaries(table, self.app_id):
+            if int(summary[BATCH_ID_KEY]) == batch_id:
+                raise DuplicateCommitError(
+                    f"{self.describe()}: batch {batch_id} of app id {self.app_id!r} is already "
+                    "in the table's snapshot history; refusing to commit it a second time. "
+                    "Another driver is writing this table with the same app id: stop it, "
+                    "then run again"
+                )
 
     def _load_for_commit(self) -> Table:
         table = self.load_table()

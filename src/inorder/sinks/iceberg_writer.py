@@ -166,7 +166,7 @@ class IcebergBatchWriter(BatchWriter):
         for writer in self._writers.values():
             for f in writer.close():
                 files.append(
-                    WrittenFile(f.path, f.rows, f.size_bytes, f.partition_values, stats=stats)
+                    WrittenFile(f.path, f.rows, f.size_bytes, f.partition_values, stats, f.digest)
                 )
         self._writers.clear()
         return files

@@ -43,14 +43,13 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from inorder.sinks.base import BatchWriter, Sink, SinkError, WrittenFile
+from inorder.sinks.base import BatchWriter, ConsumedOffsets, Sink, SinkError, WrittenFile
 from inorder.sinks.commit_log import (  # noqa: F401  (the two caches: tests clear them)
     _CHECKPOINT_CACHE,
     _MANIFEST_CACHE,
@@ -70,6 +69,7 @@ from inorder.sinks.commit_log import (  # noqa: F401  (the two caches: tests cle
     DatasetState,
     LiveFile,
     batch_owner,
+    check_writable,
     checkpoint_name,
     complete_manifest,
     decode_schema,
@@ -89,6 +89,7 @@ from inorder.sinks.commit_log import (  # noqa: F401  (the two caches: tests cle
     read_manifest,
 )
 from inorder.sinks.evolution import schema_change
+from inorder.sinks.proof import consumed_ranges
 from inorder.storage import fs as sfs
 
 #: The sink, its readers, and the commit log's names (:mod:`inorder.sinks.commit_log`).
@@ -241,11 +242,14 @@ class ParquetSink(FileSink):
         self._checkpointed: int | None = None
         """Batch id of the newest commit checkpoint, as of the last recovery or write."""
         self._recovered = False
+        self._ends: dict[str, int] | None = None
+        """Per partition, where the last committed batch's range ended (read once)."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_recovered"] = False
         state["_checkpointed"] = None
+        state["_ends"] = None
         return state
 
     def describe(self) -> str:
@@ -339,7 +343,25 @@ class ParquetSink(FileSink):
         return read_batch_range(self.location, first, last, columns)
 
     def commit(self, batch_id: int, files: Sequence[WrittenFile]) -> bool:
-        """Publish the batch's staged files atomically; ``False`` if it was committed already."""
+        """Publish the batch's staged files atomically; ``False`` if it was committed already.
+
+        The manifest has no ``offsets``: only :meth:`commit_consumed` knows them.
+        """
+        return self._commit(batch_id, files, None)
+
+    def commit_consumed(
+        self, batch_id: int, files: Sequence[WrittenFile], consumed: Sequence[ConsumedOffsets]
+    ) -> bool:
+        """:meth:`commit`, recording in the manifest the ``[start, end)`` the batch consumed
+        per partition (``offsets``; see :mod:`inorder.sinks.proof`)."""
+        return self._commit(batch_id, files, consumed)
+
+    def _commit(
+        self,
+        batch_id: int,
+        files: Sequence[WrittenFile],
+        consumed: Sequence[ConsumedOffsets] | None,
+    ) -> bool:
         loc = self.location
         self._recover()
         prefix = f"{STAGING_DIR}/{batch_id}/"
@@ -370,6 +392,7 @@ class ParquetSink(FileSink):
                 "rows": f.rows,
                 "size_bytes": f.size_bytes,
                 "partition_values": f.partition_values,
+                **({"digest": f.digest} if f.digest is not None else {}),
             }
             for n, f in enumerate(ordered)
         ]
@@ -384,6 +407,8 @@ class ParquetSink(FileSink):
         }
         if self._schema is not None:
             manifest["schema"] = encode_schema(self._schema)
+        if consumed is not None:
+            manifest["offsets"] = consumed_ranges(consumed, self._previous_ends())
         try:
             sfs.put_if_absent(loc, loc.join(rel), json.dumps(manifest).encode())
         except sfs.AlreadyExists:
@@ -396,6 +421,8 @@ class ParquetSink(FileSink):
             return False
         complete_manifest(loc, rel)
         self._clean_staging(batch_id)
+        if consumed is not None and self._ends is not None:
+            self._ends.update({k: v[1] for k, v in manifest["offsets"].items()})
         if self.compact:
             from inorder.sinks.compaction import compact_parquet
 
@@ -422,6 +449,13 @@ class ParquetSink(FileSink):
         if written is not None:
             self._checkpointed = written
 
+    def _previous_ends(self) -> dict[str, int]:
+        """Where the previous batches left each partition (its next range starts there)."""
+        if self._ends is None:
+            state = load_state(self.location)
+            self._ends = {name: pieces[-1][1] for name, pieces in state.offsets.items() if pieces}
+        return dict(self._ends)
+
     def _recover(self) -> None:
         """Finish manifests a crashed process left half-published (once per process)."""
         if self._recovered:
@@ -446,26 +480,3 @@ class ParquetSink(FileSink):
             # Staged objects of a batch directory may be listed without a directory entry.
             for info in sfs.list_files(loc, loc.join(STAGING_DIR, str(batch_id)), recursive=True):
                 sfs.delete_quietly(loc, info.path)
-
-
-def check_writable(location: sfs.Location) -> None:
-    """Probe the location with create-only writes and a delete; :class:`SinkError` if unusable.
-
-    On S3 the probe is written twice and the second write must be refused: a store that
-    ignores ``If-None-Match: *`` cannot commit exactly once, so it is refused here.
-    """
-    secrets = (location.s3.secret_access_key, location.s3.session_token) if location.s3 else ()
-    probe = location.join(META_DIR, f"probe-{uuid.uuid4().hex}")
-    try:
-        if location.is_s3:
-            sfs.check_conditional_writes(location, probe)
-        else:
-            location.filesystem.create_dir(location.join(COMMITS_DIR), recursive=True)
-            sfs.put_if_absent(location, probe, b"probe")
-            sfs.delete_quietly(location, probe)
-    except PermissionError as exc:
-        raise SinkError(f"{location.uri} is not writable: {exc.strerror}") from None
-    except (SinkError, OSError) as exc:
-        raise SinkError(
-            f"{location.uri} is not usable: {sfs.describe_error(exc, secrets)}"
-        ) from None

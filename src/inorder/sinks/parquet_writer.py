@@ -24,6 +24,7 @@ from inorder.sinks.base import BatchWriter, WrittenFile
 from inorder.sinks.commit_log import (
     partition_dir,
 )
+from inorder.sinks.proof import add_digests, format_digest, table_digest
 from inorder.storage import fs as sfs
 
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
@@ -50,6 +51,8 @@ class _Open:
     rows: int = 0
     stats: dict[str, list[Any]] = field(default_factory=dict)
     """Per column: [min, max, null_count] of the open file (Delta statistics)."""
+    digest: int = 0
+    """Digest of the rows written to the open file so far (:mod:`inorder.sinks.proof`)."""
 
 
 class ParquetBatchWriter(BatchWriter):
@@ -141,6 +144,8 @@ class ParquetBatchWriter(BatchWriter):
         assert state.writer is not None
         state.writer.write_table(data, row_group_size=max(data.num_rows, 1))
         state.rows += data.num_rows
+        # Hashed as written (after the cast to the file's types): what a verifier reads back.
+        state.digest = add_digests(state.digest, table_digest(data))
         if self._collect_stats:
             state.stats = _merge_stats(state.stats, data)
         if state.stream.tell() >= self._target:
@@ -174,10 +179,11 @@ class ParquetBatchWriter(BatchWriter):
                 size_bytes=size,
                 partition_values=state.values,
                 stats=_stats_json(state.rows, state.stats) if self._collect_stats else None,
+                digest=format_digest(state.digest),
             )
         )
         state.writer, state.stream, state.path, state.rows = None, None, "", 0
-        state.stats = {}
+        state.stats, state.digest = {}, 0
 
     def close(self) -> list[WrittenFile]:
         """Flush all partitions and return the staged files."""
