@@ -181,7 +181,8 @@ def handle(store: RegistryStore, method: str, target: str, raw: bytes) -> tuple[
             return 400, {"error_code": 400, "message": f"request body is not JSON: {exc}"}
         groups = [unquote(g) if g is not None else "" for g in match.groups()]
         try:
-            return 200, route(store, groups, query, body)
+            with store.lock:  # readers too: a concurrent register must not change a dict mid-walk
+                return 200, route(store, groups, query, body)
         except RegistryError as exc:
             return exc.status, {"error_code": exc.code, "message": exc.message}
     if allowed:

@@ -13,7 +13,7 @@ It follows the Confluent Schema Registry's model, the part confluent-kafka's cli
   delete needs the soft one before it, as in the Confluent registry.
 
 Everything is kept in one JSON file, rewritten atomically after each change, so a registry
-restarted on the same state directory serves the same ids. One lock serialises changes.
+restarted on the same state directory serves the same ids. One lock serialises requests.
 :class:`RegistryError` carries the HTTP status and Confluent error code the server answers.
 """
 
@@ -67,7 +67,8 @@ class RegistryStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.lock = threading.Lock()
+        # Reentrant: the server holds it around a whole request, whose store calls take it too.
+        self.lock = threading.RLock()
         # id -> {"schemaType", "schema", "references"}
         self.schemas: dict[int, dict[str, Any]] = {}
         # subject -> [{"version", "id", "deleted"}] in version order

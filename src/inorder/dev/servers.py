@@ -337,11 +337,12 @@ def s3_health(entry: dict[str, Any], timeout: float = 5.0) -> str:
 
 def registry_health(url: str, timeout: float = 5.0) -> str:
     """One-line registry health: ``GET /subjects`` answers a JSON list."""
-    import urllib.error
     import urllib.request
 
+    # No proxies: an http_proxy in the environment must not route a loopback probe elsewhere.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with urllib.request.urlopen(f"{url}/subjects", timeout=timeout) as response:
+        with opener.open(f"{url}/subjects", timeout=timeout) as response:
             subjects = json.loads(response.read())
     except (OSError, ValueError) as exc:  # URLError and HTTPError are OSErrors
         raise DevServiceError(f"schema registry GET {url}/subjects failed: {exc}") from None
