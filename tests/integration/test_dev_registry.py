@@ -227,3 +227,42 @@ def test_simulate_format_frames_every_session_message(
     assert {m["type"] for m in seen} >= {"snapshot", "insert", "update", "delete"}
     assert all(m["session"].startswith(prefix) for m in seen)
     assert _fresh(registry).get_subjects() == [f"{prefix}000-value"]
+
+
+@pytest.mark.parametrize("fmt", ["protobuf", "json-schema"])
+def test_sessions_pipeline_reads_framed_simulation_exactly(
+    kafka: Any, spark: Any, registry: str, fmt: str, tmp_path: Path
+) -> None:
+    """The session job over registry-framed traffic with faults (malformed records arrive
+    unframed): its tables are exactly the simulator's truth, as over JSON."""
+    from tests.fixtures.sessions_job import (
+        RESTART_SESSION,
+        TWO_LOCAL_CORES,
+        check_truth,
+        sessions_config,
+        small_simulation,
+    )
+
+    from inorder.dev.sim_formats import framed_encoder
+    from inorder.dev.simulator import simulate
+    from inorder.pipeline.config import build_pipeline
+    from inorder.sessions.rebuild import read_changes
+
+    prefix = f"framed-{fmt}-{uuid.uuid4().hex[:8]}-"
+    sim = small_simulation(prefix, seed=5, faulty=0.5)
+    result = simulate(sim, kafka.bootstrap_servers, encode=framed_encoder(fmt, registry))
+    assert result.ground_truth.faults, "the simulation injected faults"
+    codec: dict[str, Any] = {"type": fmt.replace("-", "_"), "registry_url": registry}
+    if fmt == "protobuf":
+        codec["message_type"] = "inorder.dev.sim_formats:SessionMessage"
+    cfg = sessions_config(
+        kafka.bootstrap_servers,
+        prefix,
+        tmp_path,
+        codec=codec,
+        integrity=RESTART_SESSION,
+        spark=TWO_LOCAL_CORES,
+    )
+    build_pipeline(cfg).run()
+    changes = read_changes(str(tmp_path / "output"))
+    assert check_truth(changes, result.ground_truth) == []

@@ -14,6 +14,7 @@ rows carry the columns ``id``, ``name``, ``value`` and ``count``.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -102,14 +103,23 @@ def session_proto_file() -> Any:
     return fd
 
 
+@functools.cache
 def session_message_class() -> Any:
-    """The generated class of ``inorder.sim.SessionMessage``."""
+    """The generated class of ``inorder.sim.SessionMessage`` (also importable as
+    ``inorder.dev.sim_formats:SessionMessage``, the ``codec.message_type`` of a pipeline)."""
     from google.protobuf import descriptor_pb2
 
     from inorder.codecs.protobuf import message_class
 
     files = descriptor_pb2.FileDescriptorSet(file=[session_proto_file()])
     return message_class(files.SerializeToString(), "inorder.sim.SessionMessage")
+
+
+def __getattr__(name: str) -> Any:
+    # The class is built on first use, so importing this module needs no protobuf runtime.
+    if name == "SessionMessage":
+        return session_message_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def framed_encoder(fmt: str, registry_url: str) -> Callable[[str, bytes], bytes] | None:
