@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "run",
     "demo",
     "validate",
+    "verify",
     "replay",
     "repair",
     "inspect",

@@ -1,0 +1,374 @@
+"""``inorder verify``: prove exactly-once from commit metadata and file footers, without Kafka.
+
+Every batch commit records its proof (:mod:`inorder.sinks.proof`): the ``[start, end)`` it
+consumed per partition, and each file's rows and digest. A backend module collects them into
+:class:`Evidence` (:mod:`inorder.ops.verify_parquet` for Parquet datasets,
+:mod:`inorder.ops.verify_tables` for Delta and Iceberg tables); this module judges it:
+
+* the ranges of successive batches tile each partition from its first range to the
+  committed end: no gap, no overlap, no range committed twice;
+* every live file (what a reader of the documented layout reads) exists, and its footer's
+  row count is the recorded one; with ``digests`` its rows hash to the recorded digest;
+* no file is named by two batches, and nothing a listing reader sees is uncommitted
+  (the backends report those).
+
+Each problem is one line naming the batch, the partition and the file it concerns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from inorder.sinks.commit_log import is_not_found
+from inorder.sinks.proof import add_digests, format_digest, table_digest
+from inorder.storage import fs as sfs
+
+#: Footers (and digests) read at a time: object stores answer many small reads in parallel.
+READERS = 8
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing the proof does not hold for."""
+
+    kind: str
+    """``gap``, ``overlap``, ``committed_twice``, ``missing_file``, ``row_count``,
+    ``digest``, ``shared_file``, ``uncommitted_visible``, ``unreadable``..."""
+    detail: str
+    batch: int | None = None
+    partition: str | None = None
+    file: str | None = None
+
+    def line(self) -> str:
+        """One human line: ``PROBLEM kind batch B partition T/P file F: detail``."""
+        where = [f"batch {self.batch}" if self.batch is not None else ""]
+        where += [f"partition {self.partition}" if self.partition else ""]
+        where += [f"file {self.file}" if self.file else ""]
+        place = " ".join(w for w in where if w)
+        return f"PROBLEM {self.kind:<19} {place + ': ' if place else ''}{self.detail}"
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable form."""
+        return {
+            "kind": self.kind,
+            "batch": self.batch,
+            "partition": self.partition,
+            "file": self.file,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class FileProof:
+    """A file as a commit recorded it."""
+
+    path: str
+    """Relative to the output's root."""
+    rows: int
+    digest: str | None
+    batch: int | None = None
+    """The batch that added it (``None``: a compaction's or a repair's file)."""
+
+
+@dataclass
+class BatchProof:
+    """What one batch commit recorded."""
+
+    batch_id: int
+    offsets: dict[str, tuple[int, int]] | None
+    """``[start, end)`` per ``"<topic>/<partition>"``; ``None``: the commit recorded none."""
+    files: list[FileProof] = field(default_factory=list)
+    files_recorded: bool = True
+    """Whether the commit recorded its files (commits of older releases did not)."""
+
+
+@dataclass
+class Evidence:
+    """Everything a backend read from an output's metadata."""
+
+    kind: str
+    describe: str
+    location: sfs.Location
+    batches: list[BatchProof]
+    """Batch commits in commit order (folded ones excluded)."""
+    live: list[FileProof]
+    """The files readers of the documented layout read now."""
+    folded: dict[str, list[list[int]]] = field(default_factory=dict)
+    """Ranges of batches folded into a commit checkpoint, before :attr:`batches`."""
+    folded_upto: int | None = None
+    folded_batches: int = 0
+    """How many batch ids the commit checkpoint records."""
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class VerifyReport:
+    """The verdict: problems (none: the proof holds), what was covered, notes."""
+
+    describe: str
+    kind: str
+    batches: int
+    files: int
+    rows: int
+    digests_checked: int
+    partitions: dict[str, list[int]]
+    """Per partition, the ``[first start, last end)`` the batches cover."""
+    problems: list[Problem]
+    notes: list[str]
+
+    @property
+    def ok(self) -> bool:
+        """Whether no problem was found."""
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        """The human report: one line per problem, then a summary."""
+        out = [p.line() for p in self.problems]
+        out += [f"NOTE    {n}" for n in self.notes]
+        covered = ", ".join(f"{tp} [{a}, {b})" for tp, (a, b) in sorted(self.partitions.items()))
+        out.append(
+            f"{self.describe}: {self.batches:,} batch(es), {self.files:,} live file(s), "
+            f"{self.rows:,} row(s), {self.digests_checked:,} digest(s) checked; "
+            f"ranges {covered or 'none recorded'}"
+        )
+        verdict = "the commit proofs hold" if self.ok else f"{len(self.problems)} problem(s)"
+        out.append(verdict)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable form (``--json``)."""
+        return {
+            "ok": self.ok,
+            "output": self.describe,
+            "kind": self.kind,
+            "batches": self.batches,
+            "files": self.files,
+            "rows": self.rows,
+            "digests_checked": self.digests_checked,
+            "partitions": self.partitions,
+            "problems": [p.to_json() for p in self.problems],
+            "notes": self.notes,
+        }
+
+
+def check_ranges(evidence: Evidence) -> tuple[list[Problem], dict[str, list[int]]]:
+    """Gaps, overlaps and ranges committed twice; the span covered per partition.
+
+    Tiling starts after the last batch whose commit recorded no ranges (commits of a
+    release without proofs come first): before it there is nothing to check against.
+    """
+    problems: list[Problem] = []
+    batches = evidence.batches
+    bare = [i for i, b in enumerate(batches) if b.offsets is None]
+    if bare:
+        evidence.notes.append(
+            f"{len(bare)} batch(es) recorded no offset ranges (committed by a release before "
+            "commits carried proofs, or outside a pipeline); ranges are checked after "
+            f"batch {batches[bare[-1]].batch_id}"
+        )
+        batches = batches[bare[-1] + 1 :]
+    ranges: dict[str, list[tuple[int | None, int, int]]] = {}
+    if not bare:
+        for name, pieces in evidence.folded.items():
+            ranges[name] = [(None, int(a), int(b)) for a, b in pieces]
+    for b in batches:
+        for name, (start, end) in (b.offsets or {}).items():
+            ranges.setdefault(name, []).append((b.batch_id, start, end))
+    covered: dict[str, list[int]] = {}
+    for name, seq in sorted(ranges.items()):
+        covered[name] = [seq[0][1], seq[-1][2]]
+        for (pb, ps, pe), (bid, start, end) in itertools.pairwise(seq):
+            problems.extend(_pair(name, pb, ps, pe, bid, start, end, evidence.folded_upto))
+    return problems, covered
+
+
+def _pair(
+    name: str,
+    prev_batch: int | None,
+    prev_start: int,
+    prev_end: int,
+    batch: int | None,
+    start: int,
+    end: int,
+    folded_upto: int | None,
+) -> list[Problem]:
+    def who(b: int | None) -> str:
+        return f"batch {b}" if b is not None else f"the batches folded up to {folded_upto}"
+
+    if end < start:
+        return [Problem("bad_range", f"range [{start}, {end}) ends before it starts", batch, name)]
+    if start == prev_end:
+        return []
+    if start > prev_end:
+        return [
+            Problem(
+                "gap",
+                f"offsets [{prev_end}, {start}) are in no batch: {who(prev_batch)} ended at "
+                f"{prev_end}, this batch starts at {start}",
+                batch,
+                name,
+            )
+        ]
+    if (start, end) == (prev_start, prev_end):
+        return [
+            Problem(
+                "committed_twice",
+                f"range [{start}, {end}) was committed by {who(prev_batch)} already",
+                batch,
+                name,
+            )
+        ]
+    return [
+        Problem(
+            "overlap",
+            f"range [{start}, {end}) overlaps {who(prev_batch)}'s [{prev_start}, {prev_end})",
+            batch,
+            name,
+        )
+    ]
+
+
+def check_shared(batches: Iterable[BatchProof]) -> list[Problem]:
+    """Files named by two batch commits (or twice by one)."""
+    seen: dict[str, int] = {}
+    problems: list[Problem] = []
+    for b in batches:
+        for f in b.files:
+            if f.path in seen:
+                problems.append(
+                    Problem(
+                        "shared_file",
+                        f"also committed by batch {seen[f.path]}",
+                        b.batch_id,
+                        file=f.path,
+                    )
+                )
+            else:
+                seen[f.path] = b.batch_id
+    return problems
+
+
+def check_files(
+    location: sfs.Location,
+    files: Sequence[FileProof],
+    digests: bool = False,
+    sample: int = 0,
+    seed: int = 0,
+) -> tuple[list[Problem], int]:
+    """Existence and footer row count of every file; digests of all (``digests``) or of
+    ``sample`` files chosen at random. Returns the problems and how many digests were read."""
+    with_digest = [f for f in files if f.digest is not None]
+    if digests:
+        hashed = {f.path for f in with_digest}
+    else:
+        chosen = random.Random(seed).sample(with_digest, min(sample, len(with_digest)))
+        hashed = {f.path for f in chosen}
+
+    def one(f: FileProof) -> list[Problem]:
+        return _check_file(location, f, f.path in hashed)
+
+    with ThreadPoolExecutor(READERS) as pool:
+        found = [p for ps in pool.map(one, files) for p in ps]
+    return found, len(hashed)
+
+
+def _check_file(location: sfs.Location, f: FileProof, hash_rows: bool) -> list[Problem]:
+    full = location.join(f.path)
+    try:
+        with location.filesystem.open_input_file(full) as handle:
+            reader = pq.ParquetFile(handle)
+            rows = reader.metadata.num_rows
+            if rows != f.rows:
+                return [
+                    Problem(
+                        "row_count",
+                        f"the footer says {rows:,} rows, the commit recorded {f.rows:,}",
+                        f.batch,
+                        file=f.path,
+                    )
+                ]
+            if not hash_rows:
+                return []
+            digest = 0
+            for batch in reader.iter_batches(batch_size=65_536):
+                digest = add_digests(digest, table_digest(batch))
+    except OSError as exc:
+        if is_not_found(exc):
+            return [Problem("missing_file", "committed but absent", f.batch, file=f.path)]
+        return [Problem("unreadable", f"cannot be read: {exc}", f.batch, file=f.path)]
+    except Exception as exc:  # a corrupt footer, a file that is not Parquet
+        return [Problem("unreadable", f"not a readable Parquet file: {exc}", f.batch, file=f.path)]
+    if format_digest(digest) != f.digest:
+        return [
+            Problem(
+                "digest",
+                f"its rows hash to {format_digest(digest)}, the commit recorded {f.digest}: "
+                "rows were altered, added or removed after the commit",
+                f.batch,
+                file=f.path,
+            )
+        ]
+    return []
+
+
+def judge(evidence: Evidence, digests: bool = False, sample: int = 0) -> VerifyReport:
+    """Check ``evidence`` (ranges, shared files, every live file) into a report."""
+    problems = list(evidence.problems)
+    range_problems, covered = check_ranges(evidence)
+    problems += range_problems
+    problems += check_shared(evidence.batches)
+    file_problems, hashed = check_files(evidence.location, evidence.live, digests, sample)
+    problems += file_problems
+    undigested = sum(1 for f in evidence.live if f.digest is None)
+    if undigested and (digests or sample):
+        evidence.notes.append(
+            f"{undigested} live file(s) have no recorded digest (older commits): rows counted only"
+        )
+    return VerifyReport(
+        describe=evidence.describe,
+        kind=evidence.kind,
+        batches=len(evidence.batches) + evidence.folded_batches,
+        files=len(evidence.live),
+        rows=sum(f.rows for f in evidence.live),
+        digests_checked=hashed,
+        partitions=covered,
+        problems=problems,
+        notes=evidence.notes,
+    )
+
+
+def verify(
+    sink: Any,
+    owner: str | None,
+    digests: bool = False,
+    sample: int = 0,
+    collect: Callable[[Any, str | None], Evidence] | None = None,
+) -> VerifyReport:
+    """Verify the committed output of ``sink`` (bound to pipeline checkpoint ``owner``)."""
+    while hasattr(sink, "inner"):  # job versions and repaired batch ids wrap the real sink
+        sink = sink.inner
+    if collect is None:
+        collect = collector(sink)
+    return judge(collect(sink, owner), digests, sample)
+
+
+def collector(sink: Any) -> Callable[[Any, str | None], Evidence]:
+    """The evidence collector for ``sink``'s kind of output."""
+    from inorder.ops.output import sink_kind
+
+    kind = sink_kind(sink)
+    if kind == "parquet":
+        from inorder.ops.verify_parquet import collect_parquet
+
+        return collect_parquet
+    from inorder.ops.verify_tables import collect_delta, collect_iceberg
+
+    return collect_delta if kind == "delta" else collect_iceberg
