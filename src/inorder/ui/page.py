@@ -222,9 +222,10 @@ def _batch_table(doc: Mapping[str, Any]) -> str:
         ("files", True),
         ("integrity events", True),
     ]
-    rows = []
+    rows, attrs = [], []
     for b in reversed(doc["batches"]):
         events = sum(b["violations"].values())
+        attrs.append(f' data-batch="{int(b["batch_id"])}"')
         rows.append(
             [
                 _n(b["batch_id"]),
@@ -232,12 +233,13 @@ def _batch_table(doc: Mapping[str, Any]) -> str:
                 _time(b["planned_at"]),
                 _n(b["duration_seconds"]),
                 _n(b["records"]),
-                _n(b["output_rows"]),
+                f'<span data-field="output-rows">{_n(b["output_rows"])}</span>',
                 _n(b["output_files"]),
                 f'<span class="{"bad" if events else ""}">{events:,}</span>',
             ]
         )
-    return f"<section><h2>Batches<small>newest first</small></h2>{_table(head, rows)}</section>"
+    table = _table(head, rows, attrs)
+    return f"<section><h2>Batches<small>newest first</small></h2>{table}</section>"
 
 
 def _events(doc: Mapping[str, Any]) -> str:
@@ -318,7 +320,7 @@ def _state_and_output(doc: Mapping[str, Any]) -> str:
     ]
     out = doc["output"]
     facts = [
-        ("kind", escape(out["kind"])),
+        ("kind", f'<span id="out-kind">{escape(out["kind"])}</span>'),
         ("location", f"<code>{escape(out['location'])}</code>"),
         ("committed files", f'<span id="out-files">{_n(out["files"])}</span>'),
         ("rows", _n(out["rows"])),
