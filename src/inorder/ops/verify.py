@@ -184,8 +184,14 @@ def check_ranges(evidence: Evidence) -> tuple[list[Problem], dict[str, list[int]
             ranges.setdefault(name, []).append((b.batch_id, start, end))
     covered: dict[str, list[int]] = {}
     for name, seq in sorted(ranges.items()):
-        covered[name] = [seq[0][1], seq[-1][2]]
+        covered[name] = [min(r[1] for r in seq), max(r[2] for r in seq)]
+        first_of: dict[tuple[int, int], int | None] = {(seq[0][1], seq[0][2]): seq[0][0]}
         for (pb, ps, pe), (bid, start, end) in itertools.pairwise(seq):
+            again = (start, end) in first_of and start < end
+            if again and (start, end) != (ps, pe):
+                # The same range again, later: the batch's records were committed twice.
+                pb, ps, pe = first_of[(start, end)], start, end
+            first_of.setdefault((start, end), bid)
             problems.extend(_pair(name, pb, ps, pe, bid, start, end, evidence.folded_upto))
     return problems, covered
 
