@@ -123,6 +123,10 @@ class VerifyReport:
     """Per partition, the ``[first start, last end)`` the batches cover."""
     problems: list[Problem]
     notes: list[str]
+    live_files: list[FileProof] = field(default_factory=list)
+    """The live files checked (not in the JSON report: it would grow with the output)."""
+    evidence_batches: list[BatchProof] = field(default_factory=list)
+    """The batch commits read (not folded ones; not in the JSON report either)."""
 
     @property
     def ok(self) -> bool:
@@ -348,6 +352,8 @@ def judge(evidence: Evidence, digests: bool = False, sample: int = 0) -> VerifyR
         partitions=covered,
         problems=problems,
         notes=evidence.notes,
+        live_files=list(evidence.live),
+        evidence_batches=list(evidence.batches),
     )
 
 
