@@ -90,6 +90,16 @@ def test_batch_rows_join_history_and_output() -> None:
     assert [r.state for r in rows] == ["committed"] * 3 + ["not committed"]
 
 
+def test_a_batch_re_run_after_its_output_committed_shows_the_output_s_rows() -> None:
+    # The re-run's line: the sink had committed batch 2 before a crash, so it wrote nothing.
+    history = {2: {"committed": False, "output_rows": 0, "output_files": 0, "records": 0}}
+    rows = batch_rows(batches(_log()), history, {2: (7, 3)}, 0)
+    assert (rows[2].output_rows, rows[2].output_files) == (7, 3)
+    # A Delta output has no per-batch counts: unknown, not 0.
+    rows = batch_rows(batches(_log()), history, None, 0)
+    assert (rows[2].output_rows, rows[2].output_files) == (None, None)
+
+
 def test_records_per_second_count_the_time_batches_ran_not_the_pauses() -> None:
     # A small first batch, then the next trigger a minute later reads a backlog: 60,000
     # records in 2 s. The rate is 60,010 records over the 4 s the batches ran, not over the

@@ -215,6 +215,11 @@ def batch_rows(
         line = (history.get(info.batch_id) or {}) if info.committed else {}
         out_rows = line.get("output_rows")
         out_files = line.get("output_files")
+        if line.get("committed") is False:
+            # A re-run that found the sink had committed the batch already (a crash after
+            # the sink's commit, before Spark's) wrote nothing itself: the batch's rows are
+            # the earlier attempt's, known from the output only.
+            out_rows = out_files = None
         found = None if output is None else output.get(info.batch_id + batch_offset)
         if out_rows is None and found is not None:
             out_rows, out_files = found
