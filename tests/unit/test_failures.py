@@ -49,6 +49,27 @@ def test_inorder_error_inside_a_jvm_trace_is_the_line() -> None:
     assert "\n" not in str(error)
 
 
+BROKER_GONE = SOURCE_FAILURE.replace(
+    "    raise DataLossError(event.message())\ninorder.errors.DataLossError: data loss in topic "
+    "'t' partition 0: expected offset 100 but the earliest available offset is 150",
+    "    raise self._unreachable(exc) from None\ninorder.kafka.admin.BrokerUnreachable: "
+    "kafka.bootstrap.servers=127.0.0.1:9: no broker answered within 30 s (timed out)",
+)
+
+
+def test_an_unreachable_broker_mid_run_is_named_not_the_trace() -> None:
+    # Its class is named for what happened, not "...Error": it was missed, and the user got
+    # "query failed: Failed when Python streaming data source perform latestOffset: Traceback".
+    assert "BrokerUnreachable" in BROKER_GONE
+    error = explain_failure(BROKER_GONE, "ck", "ck/inorder-run.log")
+    assert isinstance(error, ConfigError)
+    assert str(error).startswith(
+        "kafka.bootstrap.servers=127.0.0.1:9: no broker answered within 30 s (timed out); "
+        "the batch being planned was not committed"
+    ), str(error)
+    assert "Traceback" not in str(error)
+
+
 def test_other_python_error_keeps_its_type() -> None:
     error = explain_failure(TASK_FAILURE, "ck")
     assert type(error) is InorderError

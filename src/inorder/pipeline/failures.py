@@ -22,14 +22,23 @@ from dataclasses import dataclass
 from inorder.errors import ConfigError, DataLossError, InorderError, IntegrityError, StorageError
 from inorder.pipeline.checkpoint_layout import ENGINE_DIR, SPARK_DIR
 
+#: A Python exception line: any class of inorder's own (``inorder.kafka.admin.BrokerUnreachable``)
+#: or one named like an error.
 _PYTHON_ERROR = re.compile(
-    r"^\s*(?P<cls>[A-Za-z_][\w.]*(?:Error|Exception|Exit)): (?P<message>\S.*)$"
+    r"^\s*(?P<cls>inorder\.[\w.]*[A-Z]\w*|[A-Za-z_][\w.]*(?:Error|Exception|Exit)): "
+    r"(?P<message>\S.*)$"
 )
 _KNOWN: dict[str, type[InorderError]] = {
     "ConfigError": ConfigError,
     "DataLossError": DataLossError,
     "IntegrityError": IntegrityError,
     "InorderError": InorderError,
+    "BrokerUnreachable": ConfigError,
+}
+#: What follows a known error met while the query ran (its message names the setting).
+_AFTER: dict[str, str] = {
+    "BrokerUnreachable": "; the batch being planned was not committed: run again once the "
+    "broker answers, and it resumes exactly",
 }
 #: Spark's error classes that mean another query writes the same checkpoint.
 _CONCURRENT = (
@@ -151,10 +160,11 @@ def explain_failure(text: str, checkpoint: str, log_file: str | None = None) -> 
     found = _python_error(text)
     if found is not None:
         name, message = found
-        error_class = _KNOWN.get(name.rsplit(".", 1)[-1], InorderError)
+        short = name.rsplit(".", 1)[-1]
+        error_class = _KNOWN.get(short, InorderError)
         if not name.startswith("inorder."):
-            message = f"{name.rsplit('.', 1)[-1]}: {message}"
-        return error_class(f"{message}{where}")
+            message = f"{short}: {message}"
+        return error_class(f"{message}{_AFTER.get(short, '')}{where}")
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     first = lines[0] if lines else "unknown failure"
     first = re.sub(r"^\[[A-Z_.]+\]\s*", "", first)
