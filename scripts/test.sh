@@ -46,8 +46,15 @@ fi
 # Every test's time goes to .inorder/test-times.xml (JUnit XML): `python scripts/test_times.py`
 # turns it into the time table of tests/README.md.
 mkdir -p .inorder
+# INORDER_TEST_WORKERS=N runs the test files in N processes (pytest-xdist, a file's tests kept
+# together so module fixtures are paid once); each process starts its own broker, S3 server
+# and JVM. Default 1: one process.
+workers=()
+if [ "${INORDER_TEST_WORKERS:-1}" != "1" ]; then
+  workers=(-n "$INORDER_TEST_WORKERS" --dist loadfile)
+fi
 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=20 \
-  --junitxml=.inorder/test-times.xml "${markers[@]}" "$@"
+  --junitxml=.inorder/test-times.xml "${workers[@]}" "${markers[@]}" "$@"
 code=$?
 set -e
 if [ "$code" = "5" ]; then
