@@ -1,6 +1,7 @@
 """The progress line after a restart, over a real broker and Spark: the batch Spark re-runs
-from its offsets log was not planned by this run, so its lag is unknown ("?"), never 0
-while records remain; the batches this run plans measure it again."""
+from its offsets log was not planned by this run, so Spark measured no lag for it; the
+broker tells it (never 0 while records remain), and ``inspect`` gives it the time the run
+that committed it measured."""
 
 from __future__ import annotations
 
@@ -10,19 +11,44 @@ import random
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.test_run_fatal_errors import _pipeline, _produce
+import pytest
+from confluent_kafka import Producer
 
+from inorder.commands.run import dump_toml
 from inorder.ops.inspect import format_inspect, inspect_all
 from inorder.ops.target import OpsTarget
 from inorder.pipeline.batch_history import read_history
-from inorder.pipeline.config import build_pipeline, load_toml
+from inorder.pipeline.config import build_pipeline, load_toml, validate
 from inorder.pipeline.progress import JsonReporter
 from inorder.pipeline.runner import PipelineRunner
 
 
-def _run(toml: Path, stream: io.StringIO, stop_after: int | None = None) -> None:
-    pipeline = build_pipeline(load_toml(str(toml)))
-    PipelineRunner(pipeline, reporter=JsonReporter(stream), stop_after_batches=stop_after).run()
+def _pipeline(tmp_path: Path, bootstrap: str, topic: str, flag: Path) -> Path:
+    """100 records a batch; a ``boom`` record fails its batch while ``flag`` exists."""
+    config = validate(
+        {
+            "pipeline": {"checkpoint": str(tmp_path / "ck"), "trigger": "available-now"},
+            "source": {
+                "bootstrap_servers": bootstrap,
+                "topics": [topic],
+                "max_offsets_per_trigger": 100,
+            },
+            "codec": {"type": "raw"},
+            "processor": {
+                "type": "tests.e2e.failing_jobs:FailWhileFlagged",
+                "options": {"flag": str(flag)},
+            },
+            "sink": {"path": str(tmp_path / "out")},
+            "spark": {"master": "local[1]"},
+        }
+    )
+    path = tmp_path / "p.toml"
+    path.write_text(dump_toml(config))
+    return path
+
+
+def _run(toml: Path, stream: io.StringIO) -> None:
+    PipelineRunner(build_pipeline(load_toml(str(toml))), reporter=JsonReporter(stream)).run()
 
 
 def _batches(stream: io.StringIO) -> list[dict[str, Any]]:
@@ -30,25 +56,32 @@ def _batches(stream: io.StringIO) -> list[dict[str, Any]]:
     return [e for e in events if e["event"] == "batch"]
 
 
-def test_the_batch_re_run_after_a_restart_has_no_false_zero_lag_nor_a_duration_across_runs(
+def test_the_batch_re_run_after_a_restart_has_its_true_lag_and_duration(
     kafka: Any, spark: Any, tmp_path: Path
 ) -> None:
     topic = kafka.new_topic(f"lag-restart-{random.randrange(10**9)}")
-    _produce(kafka.bootstrap_servers, topic, 0, 300)
-    toml = _pipeline(tmp_path, kafka.bootstrap_servers, topic, max_offsets_per_trigger=100)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for value in [b"r"] * 100 + [b"boom"] + [b"r"] * 199:
+        producer.produce(topic, value)
+    assert producer.flush(30) == 0
+    flag = tmp_path / "fail"
+    flag.touch()
+    toml = _pipeline(tmp_path, kafka.bootstrap_servers, topic, flag)
     first = io.StringIO()
-    # Stopped after batch 0: Spark has planned batch 1 already (its offsets are in the log)
-    # and the next start re-runs it from there.
-    _run(toml, first, stop_after=1)
+    # Batch 1 (offsets 100-199) fails: Spark planned it, nothing of it is committed, and
+    # the next start re-runs it from the offsets log.
+    with pytest.raises(Exception, match="boom"):
+        _run(toml, first)
     (line,) = _batches(first)
     assert (line["batch_id"], line["records"], line["lag"]) == (0, 100, 200)
-    assert (tmp_path / "ck" / "spark" / "offsets" / "1").exists()
+    flag.unlink()
     second = io.StringIO()
     _run(toml, second)
     lines = _batches(second)
     assert [(b["batch_id"], b["records"]) for b in lines] == [(1, 100), (2, 100)], lines
-    # 100 records were still to read when batch 1 re-ran: its lag is unknown, not 0.
-    assert lines[0]["lag"] is None, lines[0]
+    # 100 records were still to read when batch 1 re-ran: Spark measured no lag for it
+    # (it reports the batch's end as the latest offset: "lag 0"); the broker says 100.
+    assert lines[0]["lag"] == 100, lines[0]
     # The batch this run planned measures it again.
     assert lines[1]["lag"] == 0
 

@@ -8,7 +8,7 @@ from typing import Any
 from inorder.engine.partition import BatchReport
 from inorder.kafka.offsets import SourceOffset
 from inorder.pipeline.progress import format_batch
-from inorder.pipeline.spark_progress import batch_progress, lag_by_partition
+from inorder.pipeline.spark_progress import batch_lag, batch_progress, lag_by_partition
 from inorder.records import TopicPartition
 
 A0 = TopicPartition("site-a", 0)
@@ -49,3 +49,10 @@ def test_a_lag_spark_did_not_measure_is_unknown() -> None:
     assert " lag         ? " in format_batch(line)
     # A source without a latest offset at all: unknown too.
     assert lag_by_partition({"sources": [_source(100, None)]}) is None
+    # The runner asks the broker then (the source's options given); without them, or when
+    # the broker does not answer, it stays unknown.
+    assert batch_lag(rerun) is None
+    unreachable = {"bootstrap.servers": "127.0.0.1:9", "subscribe": "site-a"}
+    assert batch_lag(rerun, lambda: unreachable) is None
+    assert batch_progress(0, BatchReport(batch_id=0), rerun, None).lag is None
+    assert batch_progress(0, BatchReport(batch_id=0), rerun, {"site-a[0]": 7}).lag == 7

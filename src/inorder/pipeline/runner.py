@@ -44,9 +44,9 @@ from inorder.pipeline.progress import (
 from inorder.pipeline.query import trigger_kwargs
 from inorder.pipeline.resume import resume_overrides
 from inorder.pipeline.spark_progress import (
+    batch_lag,
     batch_progress,
     default_parallelism,
-    lag_by_partition,
     planned_records,
     progress_dict,
     task_counts,
@@ -420,10 +420,12 @@ class PipelineRunner:
             if report is None:
                 continue
             printed.add(batch_id)
-            line = batch_progress(batch_id, report, data)
+            # A batch re-run after a restart has no lag from Spark: the broker tells it.
+            lags = batch_lag(data, getattr(self.pipeline.source, "to_options", None))
+            line = batch_progress(batch_id, report, data, lags)
             summary.add(line)
             self.reporter.batch(line)
-            self._observers.on_batch(line, lag_by_partition(data))
+            self._observers.on_batch(line, lags)
 
     def _report_running(self) -> None:
         """Show a batch that is still running (a long batch is not silence)."""

@@ -4,10 +4,13 @@ progress line (:class:`~inorder.pipeline.progress.BatchProgress`): lag, timings,
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Literal
 
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.progress import BatchProgress
+from inorder.records import TopicPartition
 
 
 def progress_dict(progress: Any) -> dict[str, Any]:
@@ -48,9 +51,43 @@ def lag_by_partition(progress: dict[str, Any]) -> dict[str, int] | None:
         return None
 
 
-def _lag(progress: dict[str, Any]) -> int | None:
-    by_partition = lag_by_partition(progress)
-    return None if by_partition is None else sum(by_partition.values())
+#: Milliseconds the broker has to answer for the lag of a batch this run did not plan.
+BROKER_LAG_TIMEOUT_MS = 2000
+
+
+def batch_lag(
+    progress: dict[str, Any], source_options: Callable[[], Mapping[str, str]] | None = None
+) -> dict[str, int] | None:
+    """The lag after a batch by ``topic[partition]``: Spark's (:func:`lag_by_partition`),
+    or for a batch Spark re-ran after a restart, the broker's end offsets now minus the
+    batch's end (``source_options`` gives the source's options; ``None`` when the broker
+    does not answer for every partition of the batch: a part of the lag would read as all
+    of it)."""
+    measured = lag_by_partition(progress)
+    if measured is not None or source_options is None:
+        return measured
+    from inorder.kafka.admin import KafkaAdmin
+    from inorder.kafka.offsets import SourceOffset
+    from inorder.kafka.options import parse_options
+
+    try:
+        ends: dict[TopicPartition, int] = {}
+        for source in progress.get("sources") or []:
+            end = source.get("endOffset")
+            end = json.loads(end) if isinstance(end, str) else end
+            if isinstance(end, dict) and "offsets" in end:  # an inorder-kafka source's
+                ends.update(SourceOffset.from_dict(end).positions)
+        if not ends:
+            return None
+        options = replace(
+            parse_options(source_options()), metadata_timeout_ms=BROKER_LAG_TIMEOUT_MS
+        )
+        marks, failed = KafkaAdmin(options).watermarks(sorted(ends))
+        if failed or set(marks) != set(ends):
+            return None
+        return {str(tp): max(0, marks[tp].high - end) for tp, end in sorted(ends.items())}
+    except Exception:  # lag is informative: never fail a run over it
+        return None
 
 
 def batch_duration(report: Any, progress: dict[str, Any]) -> float:
@@ -63,16 +100,26 @@ def batch_duration(report: Any, progress: dict[str, Any]) -> float:
     return float((progress.get("durationMs") or {}).get("triggerExecution", 0)) / 1000.0
 
 
-def batch_progress(batch_id: int, report: Any, progress: dict[str, Any]) -> BatchProgress:
-    """Combine the backend's batch report with Spark's progress into a progress line."""
+def batch_progress(
+    batch_id: int,
+    report: Any,
+    progress: dict[str, Any],
+    lag: Mapping[str, int] | Literal["spark"] | None = "spark",
+) -> BatchProgress:
+    """Combine the backend's batch report with Spark's progress into a progress line.
+
+    ``lag``: the lag by partition when already known (:func:`batch_lag`); by default
+    Spark's (:func:`lag_by_partition`).
+    """
     duration = batch_duration(report, progress)
+    lags = lag_by_partition(progress) if lag == "spark" else lag
     records = int(getattr(report, "records", 0))
     return BatchProgress(
         batch_id=batch_id,
         records=records,
         records_per_second=records / duration if duration > 0 else 0.0,
         duration_seconds=duration,
-        lag=_lag(progress),
+        lag=None if lags is None else sum(lags.values()),
         state_keys=int(getattr(report, "state_keys", 0)),
         output_rows=int(getattr(report, "output_rows", 0)),
         output_files=int(getattr(report, "output_files", 0)),
