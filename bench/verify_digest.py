@@ -7,7 +7,8 @@ batch_id, a key, an op, a float, a timestamp and a 40-byte payload) is hashed wi
 :func:`inorder.sinks.proof.table_digest` (what the Parquet writer adds to every flush), and
 written to a zstd Parquet file as the sink writes it (the cost the digest is measured
 against). Then the file is read back and hashed, as ``inorder verify --digests`` does.
-Medians of ``--runs`` runs, CPU-bound, single thread.
+Medians of ``--runs`` runs of CPU time (``time.process_time``: a busy machine slows the
+wall clock, not the work), single thread.
 """
 
 from __future__ import annotations
@@ -63,17 +64,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "f.parquet")
         for _ in range(args.runs):
-            started = time.perf_counter()
+            started = time.process_time()
             digest = table_digest(data)
-            hashing.append(time.perf_counter() - started)
-            started = time.perf_counter()
+            hashing.append(time.process_time() - started)
+            started = time.process_time()
             pq.write_table(data, path, compression="zstd", row_group_size=args.rows)
-            writing.append(time.perf_counter() - started)
-            started = time.perf_counter()
+            writing.append(time.process_time() - started)
+            started = time.process_time()
             again = 0
             for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
                 again = (again + table_digest(batch)) % (1 << 64)
-            checking.append(time.perf_counter() - started)
+            checking.append(time.process_time() - started)
             assert again == digest, "the digest read back differs from the one written"
     per = 1e9 / args.rows
     h, w, c = (statistics.median(x) * per for x in (hashing, writing, checking))
@@ -89,12 +90,14 @@ def main() -> None:
             "",
             header(f"bench/verify_digest.py --rows {args.rows} --runs {args.runs}"),
             "",
-            table(["step", "ns/row (median)", "rows/s"], rows, right=(1, 2)),
+            table(["step", "CPU ns/row (median)", "rows/s per core"], rows, right=(1, 2)),
             "",
             "Rows of 9 columns shaped like the session change log (two short strings, a "
             "40-byte payload, numbers, a timestamp). The digest is computed by the executors "
             "while they write, once per flushed row group; `inorder verify --digests` reads "
-            "every committed file back and hashes it, single-threaded, at the last row's rate.",
+            "every committed file back and hashes it, single-threaded, at the last row's rate. "
+            "Against the session job's steady 17.5 us of CPU per record (the headline above, "
+            "about one output row per record) the digest adds about 1 %.",
         ]
     )
     print(text)

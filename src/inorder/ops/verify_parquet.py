@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inorder.ops.verify import BatchProof, Evidence, FileProof, Problem
+from inorder.ops.verify_evidence import BatchProof, Evidence, FileProof, Problem
 from inorder.sinks.commit_log import (
     COMMITS_DIR,
     COMPACTIONS_DIR,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from inorder.ops.verify import BatchProof, Evidence, FileProof, Problem
+from inorder.ops.verify_evidence import BatchProof, Evidence, FileProof, Problem
 from inorder.sinks.commit_log import file_batch_id
 from inorder.sinks.delta import APP_ID_KEY, BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY
 
