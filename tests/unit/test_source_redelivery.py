@@ -24,7 +24,8 @@ from inorder.engine.rejections import check_rejections
 from inorder.engine.results import TaskResult
 from inorder.engine.violations import ViolationEvent
 from inorder.errors import ConfigError
-from inorder.integrity import MIN_REJECTED, Integrity, check_fits
+from inorder.integrity import MIN_REJECTED, Integrity
+from inorder.integrity_fit import check_fits
 from inorder.pipeline.progress import RunSummary, format_summary
 from inorder.processor import Context, Duplicate, Processor
 from inorder.records import KafkaRecord

@@ -13,7 +13,8 @@ import msgspec
 import pytest
 
 from inorder.errors import ConfigError
-from inorder.integrity import Integrity, check_fits
+from inorder.integrity import Integrity
+from inorder.integrity_fit import check_fits
 from inorder.kafka.api import closest_topics, no_match_error, pattern_note
 from inorder.processor import Context, Processor
 

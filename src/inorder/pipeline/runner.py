@@ -22,7 +22,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from inorder.errors import ConfigError, InorderError
-from inorder.integrity import check_fits
+from inorder.integrity_fit import check_fits
 from inorder.pipeline.batch_history import BatchHistory
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.failures import explain_exception, explain_failure

@@ -13,8 +13,9 @@ from inorder.sessions.messages import (
     Snapshot,
     Update,
 )
-from inorder.sessions.processor import SessionChange, SessionState, SessionTables
+from inorder.sessions.processor import SessionChange, SessionTables
 from inorder.sessions.rebuild import rebuild_tables, rebuild_tables_duckdb
+from inorder.sessions.session_state import SessionState
 
 __all__ = [
     "Change",

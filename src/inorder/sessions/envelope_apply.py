@@ -25,7 +25,7 @@ without any snapshot is translated here, with the session's state at hand:
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -41,9 +41,7 @@ from inorder.sessions.messages import (
     Update,
     row_id_of,
 )
-
-if TYPE_CHECKING:
-    from inorder.sessions.processor import EnvelopeState
+from inorder.sessions.session_state import EnvelopeState
 
 #: Operations after which the session's table is whole again (a violation may restart on them).
 STARTING_OPS = frozenset({"snapshot", "read", "truncate"})

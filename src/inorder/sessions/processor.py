@@ -51,6 +51,7 @@ from inorder.sessions.messages import (
     row_id_of,
 )
 from inorder.sessions.rules import delete_id, existing, missing, tag
+from inorder.sessions.session_state import EnvelopeState, SessionState
 from inorder.sessions.typed_rows import (
     row_fields,
     typed_change_type,
@@ -67,14 +68,6 @@ SCHEMA_DRIFT = "schema_drift"
 RESET_SEQ = -1
 
 
-class SessionState(msgspec.Struct):
-    """Per-session state: table rows as canonical JSON, last ``seq``, snapshot seen."""
-
-    started: bool = False
-    seq: int = -1
-    rows: dict[str, str] = {}
-
-
 class SessionChange(msgspec.Struct, gc=False):
     """One applied row change. inorder adds ``topic, partition, offset`` before and
     ``batch_id`` after these columns."""
@@ -89,17 +82,6 @@ class SessionChange(msgspec.Struct, gc=False):
 
 #: An envelope's message type, typed loosely: the contract's messages never are one.
 _CHANGE: type[Any] = Change
-
-
-class EnvelopeState(SessionState):
-    """:class:`SessionState` with an envelope: a snapshot read row by row in progress and the
-    source's last position (the contract's state stays without them)."""
-
-    reading: bool = False
-    position: list[int | str] | None = None
-    #: The last applied source positions, each as ``[digest of the event, *position]``
-    #: (oldest first, at most ``REDELIVERY_WINDOW``): to recognise a redelivery.
-    recent: list[list[int | str]] = []
 
 
 class SessionTables(Processor[SessionMessage, SessionState, SessionChange]):

@@ -22,7 +22,8 @@ from typing import Any
 
 import msgspec
 
-from inorder.sessions.processor import RESET_SEQ, SessionState
+from inorder.sessions.processor import RESET_SEQ
+from inorder.sessions.session_state import SessionState
 
 #: ``reason`` of a materialization: every live session, every N batches.
 PERIODIC = "periodic"

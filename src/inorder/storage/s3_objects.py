@@ -18,7 +18,7 @@ import datetime as _dt
 import functools
 import urllib.parse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import obstore
 from obstore.exceptions import (
@@ -30,9 +30,7 @@ from obstore.exceptions import (
 from obstore.store import S3Store
 
 from inorder.errors import StorageError
-
-if TYPE_CHECKING:
-    from inorder.storage.fs import S3Settings
+from inorder.storage.s3_settings import S3Settings
 
 T = TypeVar("T")
 
