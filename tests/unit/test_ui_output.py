@@ -61,3 +61,45 @@ def test_an_iceberg_output_is_read_as_iceberg(tmp_path: Path) -> None:
     assert (info.rows, info.files) == (13, 2) and info.bytes and info.bytes > 0
     assert info.by_batch == {0: (10, 1), 1: (3, 1)}
     assert not info.note and "db.events" in info.location
+
+
+RESET_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("batch_id", pa.int64()),
+        ("session", pa.string()),
+        ("op", pa.string()),
+    ]
+)
+
+
+def test_a_delta_output_counts_each_batch_and_its_resets(tmp_path: Path) -> None:
+    from inorder.sinks.delta import DeltaSink
+
+    sink = DeltaSink(str(tmp_path / "delta"))
+    sink.check(RESET_SCHEMA)
+    for batch_id, ops in ((0, ["insert"] * 4), (1, ["insert", "reset"])):
+        writer = sink.open_writer(RESET_SCHEMA, batch_id, "a-0")
+        first = 10 * batch_id
+        writer.write(
+            pa.record_batch(
+                [
+                    pa.array(["a"] * len(ops)),
+                    pa.array([0] * len(ops), pa.int32()),
+                    pa.array(range(first, first + len(ops)), pa.int64()),
+                    pa.array([batch_id] * len(ops), pa.int64()),
+                    pa.array(["S"] * len(ops)),
+                    pa.array(ops),
+                ],
+                schema=RESET_SCHEMA,
+            )
+        )
+        assert sink.commit(batch_id, writer.close())
+    info = _source(sink)._read_output()
+    assert info.kind == "delta" and not info.note, info
+    assert (info.rows, info.files) == (6, 2)
+    # Without a recorded history the page still has each batch's rows and files.
+    assert info.by_batch == {0: (4, 1), 1: (2, 1)}
+    assert [(r.batch_id, r.first_offset, r.key) for r in info.resets] == [(1, 11, "S")]

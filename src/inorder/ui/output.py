@@ -30,8 +30,9 @@ class OutputInfo:
     note: str = ""
 
 
-#: Reads the session resets of a pyarrow dataset of the output.
-ResetReader = Callable[[Any], list[EventRow]]
+#: Reads the session resets of a pyarrow dataset of the output (and whether the scan may
+#: filter on the ``op`` column itself).
+ResetReader = Callable[..., list[EventRow]]
 
 
 def read_output(sink: Any, reference: str, batch_offset: int) -> OutputInfo:
@@ -43,8 +44,8 @@ def read_output(sink: Any, reference: str, batch_offset: int) -> OutputInfo:
     from inorder.ops.output import sink_kind
     from inorder.sinks.base import stored
 
-    def resets(dataset: Any) -> list[EventRow]:
-        return session_resets(dataset, reference, batch_offset)
+    def resets(dataset: Any, pushdown: bool = True) -> list[EventRow]:
+        return session_resets(dataset, reference, batch_offset, pushdown)
 
     try:
         kind = sink_kind(sink)
@@ -55,7 +56,7 @@ def read_output(sink: Any, reference: str, batch_offset: int) -> OutputInfo:
         return OutputInfo("other", sink.describe(), note="not readable")
     shown = str(location.root if hasattr(location, "root") else location)
     if kind == "delta":
-        return _delta_output(location, shown)
+        return _delta_output(location, shown, resets)
     return _parquet_output(location, shown, resets)
 
 
@@ -85,8 +86,11 @@ def _parquet_output(location: Any, shown: str, resets: ResetReader) -> OutputInf
     return info
 
 
-def _delta_output(location: Any, shown: str) -> OutputInfo:
-    """Files, rows and bytes of a Delta table (per-batch counts come from the history)."""
+def _delta_output(location: Any, shown: str, resets: ResetReader) -> OutputInfo:
+    """Files, rows and bytes of a Delta table from its add actions, per batch too: each
+    batch's files are named after it (``part-<batch_id:010d>-...``)."""
+    from inorder.sinks.commit_log import file_batch_id
+
     try:
         from deltalake import DeltaTable
 
@@ -95,11 +99,22 @@ def _delta_output(location: Any, shown: str) -> OutputInfo:
 
         # deltalake returns an arro3 table: pyarrow takes it through the Arrow stream interface.
         actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
-        rows = [int(n or 0) for n in actions.get("num_records", [])]
-        sizes = [int(n or 0) for n in actions.get("size_bytes", [])]
-        return OutputInfo("delta", shown, len(sizes), sum(rows), sum(sizes))
     except Exception as exc:  # a table not created yet, or an older deltalake
         return OutputInfo("delta", shown, note=f"not readable yet ({type(exc).__name__})")
+    rows = [int(n or 0) for n in actions.get("num_records", [])]
+    sizes = [int(n or 0) for n in actions.get("size_bytes", [])]
+    by_batch: dict[int, tuple[int, int]] = {}
+    for path, n in zip(actions.get("path", []), rows, strict=False):
+        bid = file_batch_id(str(path))
+        if bid is not None:  # compacted files hold several batches: theirs are unknown
+            had, files = by_batch.get(bid, (0, 0))
+            by_batch[bid] = (had + n, files + 1)
+    info = OutputInfo("delta", shown, len(sizes), sum(rows), sum(sizes), by_batch)
+    try:
+        info.resets = resets(table.to_pyarrow_dataset(), False)
+    except Exception:  # the counts stand without the resets (e.g. an older deltalake)
+        info.note = "session resets not readable"
+    return info
 
 
 def _iceberg_output(sink: Any, resets: ResetReader) -> OutputInfo:
@@ -143,14 +158,30 @@ def _iceberg_output(sink: Any, resets: ResetReader) -> OutputInfo:
     return info
 
 
-def session_resets(dataset: Any, reference: str, batch_offset: int) -> list[EventRow]:
-    """Session resets in the output (the ``sessions`` processor's ``reset`` rows)."""
+def session_resets(
+    dataset: Any, reference: str, batch_offset: int, pushdown: bool = True
+) -> list[EventRow]:
+    """Session resets in the output (the ``sessions`` processor's ``reset`` rows).
+
+    ``pushdown=False`` filters the rows as they are read instead of in the scan: a Delta
+    dataset's fragments carry string statistics as null (deltalake 1.x), so a filter on a
+    string column there skips every file.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
     wanted = ["topic", "partition", "offset", "session", "batch_id"]
     if not {*wanted, "op"} <= set(dataset.schema.names):
         return []
-    table = dataset.to_table(columns=wanted, filter=ds.field("op") == "reset")
+    if pushdown:
+        table = dataset.to_table(columns=wanted, filter=ds.field("op") == "reset")
+    else:
+        parts = [
+            batch.filter(pc.equal(batch.column("op"), "reset")).select(wanted)
+            for batch in dataset.to_batches(columns=[*wanted, "op"])
+        ]
+        table = pa.Table.from_batches([p for p in parts if p.num_rows])
     rows = sorted(table.to_pylist(), key=lambda r: (r["batch_id"], r["offset"]), reverse=True)
     out = []
     for r in rows[:RESETS_SHOWN]:
