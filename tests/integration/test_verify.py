@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -22,7 +23,8 @@ from tests.fixtures.sessions_job import TWO_LOCAL_CORES, sessions_config, small_
 
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
-from inorder.ops.verify import VerifyReport, verify
+from inorder.ops.target import OpsTarget
+from inorder.ops.verify import CheckpointEnd, VerifyReport, checkpoint_end, verify
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.config import build_pipeline
 from inorder.sinks.commit_checkpoint import write_checkpoint
@@ -78,9 +80,18 @@ def copy_of(run: Run, tmp_path: Path) -> Path:
     return target
 
 
-def check(path: Path, owner: str, digests: bool = True) -> VerifyReport:
+def check(
+    path: Path, owner: str, digests: bool = True, end: CheckpointEnd | None = None
+) -> VerifyReport:
     sink = ParquetSink(str(path), partition_by=["topic"])
-    return verify(sink, owner, digests=digests)
+    return verify(sink, owner, digests=digests, end=end)
+
+
+def end_of(run: Run) -> CheckpointEnd:
+    """Where the run's checkpoint says its committed output ends."""
+    end = checkpoint_end(OpsTarget.load(str(run.toml)))
+    assert end is not None
+    return end
 
 
 def kinds(report: VerifyReport) -> set[str]:
@@ -96,7 +107,7 @@ def manifests(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 def test_a_clean_run_verifies_clean_with_every_digest(run: Run) -> None:
-    report = check(run.output, run.owner)
+    report = check(run.output, run.owner, end=end_of(run))
     assert report.ok, "\n".join(report.lines())
     assert report.batches >= 3 and report.files > 0
     assert report.digests_checked == report.files
@@ -185,6 +196,17 @@ def make_an_uncommitted_file_visible(path: Path) -> str:
     return "uncommitted_visible"
 
 
+def lose_the_last_batch(path: Path) -> str:
+    """The newest batch's commit vanishes with its files: no range check can see it, the
+    checkpoint's committed end does."""
+    bid, manifest = manifests(path)[-1]
+    for entry in manifest["files"]:
+        (path / entry["final"]).unlink()
+    (path / COMMITS_DIR / manifest_name(bid)).unlink()
+    (path / COMMITS_DIR / f"{bid:020d}.done").unlink()
+    return "missing_batch"
+
+
 FAULTS: list[Callable[[Path], str]] = [
     delete_a_file,
     duplicate_a_file,
@@ -192,6 +214,7 @@ FAULTS: list[Callable[[Path], str]] = [
     commit_a_batch_twice,
     skip_a_range,
     make_an_uncommitted_file_visible,
+    lose_the_last_batch,
 ]
 
 
@@ -201,7 +224,7 @@ def test_every_injected_fault_is_caught_and_named(
 ) -> None:
     path = copy_of(run, tmp_path)
     expected = fault(path)
-    report = check(path, run.owner)
+    report = check(path, run.owner, end=end_of(run))
     assert expected in kinds(report), "\n".join(report.lines())
     line = next(p.line() for p in report.problems if p.kind == expected)
     assert line.startswith(f"PROBLEM {expected}") and "batch " in line
@@ -270,7 +293,10 @@ def table_run(
 
 
 def test_a_clean_table_verifies_clean(table_run: TableRun) -> None:
-    report = verify(table_run.sink, table_run.owner, digests=True)
+    layout = CheckpointLayout.of(str(table_run.work / "checkpoint"))
+    end = checkpoint_end(SimpleNamespace(spark_dir=layout.spark_dir, batch_offset=0))
+    assert end is not None
+    report = verify(table_run.sink, table_run.owner, digests=True, end=end)
     assert report.ok, "\n".join(report.lines())
     assert report.batches >= 3 and report.digests_checked == report.files > 0
     assert report.partitions and all(a < b for a, b in report.partitions.values())

@@ -19,8 +19,9 @@ EXAMPLES = """examples:
 
 Reads the output's commit metadata and the footers of its live files, never Kafka: the
 offset ranges of successive batches tile every partition (no gap, no overlap, none
-committed twice), every committed file exists with the recorded row count, no file belongs
-to two batches, and nothing a reader of the documented layout sees is uncommitted.
+committed twice) up to the batch the pipeline checkpoint last committed, every committed
+file exists with the recorded row count, no file belongs to two batches, and nothing a
+reader of the documented layout sees is uncommitted.
 --digests also reads every live file and checks its rows against the recorded digest.
 
 Exit status: 0 when the proofs hold, 1 on any problem (one PROBLEM line each, naming the
@@ -60,12 +61,14 @@ def register(subparsers: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     """Run the verification; exit 1 on any problem."""
     from inorder.errors import ConfigError
-    from inorder.ops.verify import verify
+    from inorder.ops.verify import checkpoint_end, verify
 
     if args.sample < 0:
         raise ConfigError(f"--sample must be >= 0, not {args.sample}")
     target = open_target(args)
     owner = (target.layout.read_info() or {}).get("id")
-    report = verify(target.sink, owner, digests=args.digests, sample=args.sample)
+    report = verify(
+        target.sink, owner, digests=args.digests, sample=args.sample, end=checkpoint_end(target)
+    )
     print_report(args.json, report.to_json(), report.lines)
     return 0 if report.ok else 1

@@ -257,11 +257,87 @@ def _check_file(location: sfs.Location, f: FileProof, hash_rows: bool) -> list[P
     return []
 
 
-def judge(evidence: Evidence, digests: bool = False, sample: int = 0) -> VerifyReport:
-    """Check ``evidence`` (ranges, shared files, every live file) into a report."""
+@dataclass(frozen=True)
+class CheckpointEnd:
+    """Where the pipeline checkpoint says the committed output ends."""
+
+    batch: int
+    """The output's batch id of the newest batch Spark recorded as committed."""
+    ends: dict[str, int]
+    """Per ``"<topic>/<partition>"``, the next offset to read after that batch."""
+
+
+def checkpoint_end(target: Any) -> CheckpointEnd | None:
+    """The newest committed batch of an :class:`~inorder.ops.target.OpsTarget`'s Spark
+    commit log (``None`` without one). Spark records a batch as committed only after the
+    sink committed it, so the output must hold at least that batch."""
+    from inorder.ops.batchlog import load_batch_log
+
+    entry = load_batch_log(target.spark_dir).last_committed()
+    if entry is None:
+        return None
+    ends = {f"{tp.topic}/{tp.partition}": int(e) for tp, e in entry.end.items()}
+    return CheckpointEnd(target.batch_offset + entry.batch_id, ends)
+
+
+def check_end(
+    evidence: Evidence, covered: dict[str, list[int]], end: CheckpointEnd
+) -> list[Problem]:
+    """The output reaches the checkpoint's committed end, and claims nothing beyond it."""
+    ids = [b.batch_id for b in evidence.batches]
+    if evidence.folded_upto is not None:
+        ids.append(evidence.folded_upto)
+    last = max(ids, default=None)
+    if last is None or last < end.batch:
+        newest = "none" if last is None else last
+        short = [
+            Problem(
+                "missing_batch",
+                f"offsets [{covered[name][1] if name in covered else '?'}, {ck}) are committed "
+                f"in the pipeline checkpoint (up to batch {end.batch}) but in no batch of the "
+                f"output (its newest is {newest})",
+                end.batch,
+                name,
+            )
+            for name, ck in sorted(end.ends.items())
+            if name not in covered or covered[name][1] < ck
+        ]
+        return short or [
+            Problem(
+                "missing_batch",
+                f"the pipeline checkpoint committed batch {end.batch}, the output's newest "
+                f"batch is {newest}: the commits after it are lost",
+                end.batch,
+            )
+        ]
+    if last != end.batch:
+        return []  # a batch committed to the output whose Spark commit was not written yet
+    return [
+        Problem(
+            "beyond_checkpoint",
+            f"the output's ranges reach offset {span[1]}, the checkpoint's batch {end.batch} "
+            f"ended at {end.ends[name]}",
+            end.batch,
+            name,
+        )
+        for name, span in sorted(covered.items())
+        if name in end.ends and span[1] > end.ends[name]
+    ]
+
+
+def judge(
+    evidence: Evidence,
+    digests: bool = False,
+    sample: int = 0,
+    end: CheckpointEnd | None = None,
+) -> VerifyReport:
+    """Check ``evidence`` (ranges, shared files, every live file) into a report; with
+    ``end``, also that the output reaches the pipeline checkpoint's committed end."""
     problems = list(evidence.problems)
     range_problems, covered = check_ranges(evidence)
     problems += range_problems
+    if end is not None:
+        problems += check_end(evidence, covered, end)
     problems += check_shared(evidence.batches)
     file_problems, hashed = check_files(evidence.location, evidence.live, digests, sample)
     problems += file_problems
@@ -291,13 +367,15 @@ def verify(
     digests: bool = False,
     sample: int = 0,
     collect: Callable[[Any, str | None], Evidence] | None = None,
+    end: CheckpointEnd | None = None,
 ) -> VerifyReport:
-    """Verify the committed output of ``sink`` (bound to pipeline checkpoint ``owner``)."""
+    """Verify the committed output of ``sink`` (bound to pipeline checkpoint ``owner``);
+    ``end`` is where the checkpoint says the committed output ends (:func:`checkpoint_end`)."""
     while hasattr(sink, "inner"):  # job versions and repaired batch ids wrap the real sink
         sink = sink.inner
     if collect is None:
         collect = collector(sink)
-    return judge(collect(sink, owner), digests, sample)
+    return judge(collect(sink, owner), digests, sample, end)
 
 
 def collector(sink: Any) -> Callable[[Any, str | None], Evidence]:
