@@ -247,3 +247,86 @@ def test_a_second_commit_of_one_batch_is_refused_at_the_commit_point(tmp_path: P
         sink.commit(0, stage(sink, 0, 100, key="twin"))
     assert DeltaTable(path).version() == 1
     assert read(path, None).num_rows == 100
+
+
+def test_an_unpartitioned_table_answers_filters_on_every_column(tmp_path: Path) -> None:
+    # deltalake reads a column without min/max statistics as "column >= null" and skips every
+    # file on a filter over it: the table held 30 rows and `topic == 'a'` read none of them
+    # (so did inorder's own readers: validate, replay, repair, inspect).
+    import datetime as dt
+    import decimal
+
+    import pyarrow.dataset as ds
+
+    from inorder.ops.output import OutputView
+    from inorder.records import TopicPartition
+
+    long_text = "x" * 100
+    schema = pa.schema(
+        [
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("kafka_ts", pa.timestamp("us", tz="UTC")),
+            ("local_ts", pa.timestamp("us")),
+            ("text", pa.string()),
+            ("flag", pa.bool_()),
+            ("amount", pa.decimal128(10, 3)),
+            ("day", pa.date32()),
+        ]
+    )
+    stamps = [dt.datetime(2026, 11, 26, 14, 0, 0, 123_456 + i, tzinfo=dt.UTC) for i in range(6)]
+    rows = {
+        "topic": ["a", "b", "a", "b", "a", "b"],
+        "partition": [0, 0, 1, 1, 0, 0],
+        "offset": list(range(6)),
+        "kafka_ts": stamps,
+        "local_ts": [s.replace(tzinfo=None) for s in stamps],
+        "text": [long_text + "z", long_text, "m", "n", "o", long_text + "\u00ff"],
+        "flag": [True, False, True, False, True, True],
+        "amount": [decimal.Decimal(f"{i}.125") for i in range(6)],
+        "day": [dt.date(2026, 11, 20 + i) for i in range(6)],
+    }
+    sink = DeltaSink(str(tmp_path / "t"))
+    sink.check(schema)
+    assert sink.commit(0, stage_batch(sink, 0, pa.record_batch(rows, schema=schema), tasks=2))
+    dataset = DeltaTable(str(tmp_path / "t")).to_pyarrow_dataset()
+    for name, values in rows.items():
+        for value in {str(v): v for v in values}.values():
+            expected = values.count(value)
+            found = dataset.count_rows(
+                filter=ds.field(name) == pa.scalar(value, schema.field(name).type)
+            )
+            assert found == expected, (name, value, found, expected)
+    view = OutputView(sink)
+    assert view.count(TopicPartition("a", 0)) == 2
+    assert view.count(TopicPartition("b", 0), 4) == 1
+
+
+@pytest.mark.parametrize("partition_by", [[], ["topic"]])
+def test_inorder_reads_files_without_string_bounds_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, partition_by: list[str]
+) -> None:
+    # Files of the previous release: bounds for numbers and dates only. deltalake's own
+    # dataset skips them on a topic filter; inorder's readers must not.
+    import pyarrow.dataset as ds
+
+    import inorder.sinks.delta_stats as delta_stats
+    from inorder.ops.output import OutputView
+    from inorder.records import TopicPartition
+
+    sink = DeltaSink(str(tmp_path / "t"), partition_by=partition_by)
+    sink.check(SCHEMA)
+    older = (pa.types.is_integer, pa.types.is_floating, pa.types.is_date)
+    with monkeypatch.context() as patched:
+        patched.setattr(delta_stats, "_BOUNDED", older)
+        assert sink.commit(0, stage(sink, 0, 30))
+    assert sink.commit(1, stage(sink, 1, 30))  # this release's files beside them
+    if not partition_by:  # the reason for the reader below
+        plain = DeltaTable(str(tmp_path / "t")).to_pyarrow_dataset()
+        assert plain.count_rows(filter=ds.field("topic") == "a") == 20  # batch 1's only
+    view = OutputView(sink)
+    assert view.count(TopicPartition("a", 0)) == 20
+    assert view.count(TopicPartition("a", 1), 40) == 7
+    assert view.read(TopicPartition("b", 0)).num_rows == 10
+    assert sum(n for n, _, _ in view.partitions().values()) == 60

@@ -59,8 +59,9 @@ class OutputView:
                 table = DeltaTable(loc.delta_uri(), storage_options=loc.storage_options())
             except TableNotFoundError:
                 return None
-            dataset: ds.Dataset = table.to_pyarrow_dataset()
-            return dataset
+            from inorder.sinks.delta_read import partition_pruned_dataset
+
+            return partition_pruned_dataset(table)
         from inorder.sinks.parquet import load_state
         from inorder.sinks.parquet_read import committed_dataset
 

@@ -8,9 +8,8 @@ is visible to readers until the driver commits the batch (:mod:`inorder.sinks.pa
 from __future__ import annotations
 
 import contextlib
-import json
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,7 @@ from inorder.sinks.base import BatchWriter, WrittenFile
 from inorder.sinks.commit_log import (
     partition_dir,
 )
+from inorder.sinks.delta_stats import merge_stats, stats_json
 from inorder.sinks.proof import add_digests, format_digest, table_digest
 from inorder.storage import fs as sfs
 
@@ -147,7 +147,7 @@ class ParquetBatchWriter(BatchWriter):
         # Hashed as written (after the cast to the file's types): what a verifier reads back.
         state.digest = add_digests(state.digest, table_digest(data))
         if self._collect_stats:
-            state.stats = _merge_stats(state.stats, data)
+            state.stats = merge_stats(state.stats, data)
         if state.stream.tell() >= self._target:
             self._finish_file(state)
 
@@ -178,7 +178,7 @@ class ParquetBatchWriter(BatchWriter):
                 rows=state.rows,
                 size_bytes=size,
                 partition_values=state.values,
-                stats=_stats_json(state.rows, state.stats) if self._collect_stats else None,
+                stats=stats_json(state.rows, state.stats) if self._collect_stats else None,
                 digest=format_digest(state.digest),
             )
         )
@@ -211,40 +211,6 @@ class ParquetBatchWriter(BatchWriter):
         self._written.clear()
         for rel in paths:
             sfs.delete_quietly(self._location, self._location.join(rel))
-
-
-_STATS_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_date)
-
-
-def _merge_stats(stats: dict[str, list[Any]], data: pa.Table) -> dict[str, list[Any]]:
-    """Fold min/max/null count of ``data`` into ``stats`` (numbers and dates only)."""
-    for name in data.column_names:
-        col = data.column(name)
-        entry = stats.setdefault(name, [None, None, 0])
-        entry[2] += col.null_count
-        if not any(check(col.type) for check in _STATS_TYPES) or col.null_count == len(col):
-            continue
-        mm = pc.min_max(col)
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        if isinstance(lo, float) and (lo != lo or hi != hi):  # NaN: no usable bounds
-            continue
-        entry[0] = lo if entry[0] is None else min(entry[0], lo)
-        entry[1] = hi if entry[1] is None else max(entry[1], hi)
-    return stats
-
-
-def _stats_json(rows: int, stats: Mapping[str, list[Any]]) -> str:
-    """Delta ``add.stats``: numRecords, minValues, maxValues, nullCount."""
-    mins = {k: _json_value(v[0]) for k, v in stats.items() if v[0] is not None}
-    maxs = {k: _json_value(v[1]) for k, v in stats.items() if v[1] is not None}
-    nulls = {k: int(v[2]) for k, v in stats.items()}
-    return json.dumps(
-        {"numRecords": rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
-    )
-
-
-def _json_value(value: Any) -> Any:
-    return value.isoformat() if hasattr(value, "isoformat") else value
 
 
 def safe_key(task_key: str) -> str:

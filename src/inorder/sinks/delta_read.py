@@ -1,0 +1,43 @@
+"""A Delta table as a pyarrow dataset that prunes files by partition values only.
+
+``DeltaTable.to_pyarrow_dataset()`` also turns each file's statistics into a guarantee, and a
+column without bounds becomes ``column >= null``: a filter on it then skips every file.
+Data files written before inorder wrote string bounds (unpartitioned tables, filtered on
+``topic``) read as empty that way. Readers that must see every row (validate, replay,
+repair, inspect, the status page) open tables through :func:`partition_pruned_dataset`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+
+def partition_pruned_dataset(table: Any) -> ds.Dataset:
+    """``table``'s current files as a dataset; each file's guarantee is its partition values."""
+    full = table.to_pyarrow_dataset()
+    actions = pa.table(table.get_add_actions(flatten=True))
+    columns = [c for c in actions.column_names if c.startswith("partition.")]
+    by_path: dict[str, ds.Expression] = {}
+    for row in actions.select(["path", *columns]).to_pylist():
+        expr: ds.Expression = ds.scalar(True)
+        for column in columns:
+            name, value = column.removeprefix("partition."), row[column]
+            field = ds.field(name)
+            if value is None:
+                expr = expr & field.is_null()
+            else:
+                expr = expr & (field == pa.scalar(value).cast(full.schema.field(name).type))
+        by_path[str(row["path"])] = expr
+    fragments = []
+    for fragment in full.get_fragments():
+        expr = by_path.get(fragment.path)
+        if expr is None:  # a path spelled otherwise: keep deltalake's own fragment
+            fragments.append(fragment)
+            continue
+        fragments.append(
+            full.format.make_fragment(fragment.path, full.filesystem, partition_expression=expr)
+        )
+    return ds.FileSystemDataset(fragments, full.schema, full.format, full.filesystem)
