@@ -381,3 +381,29 @@ def test_a_table_batch_committed_twice_is_caught(table_run: TableRun) -> None:
     assert "committed_twice" in kinds(report), "\n".join(report.lines())
     line = next(p.line() for p in report.problems if p.kind == "committed_twice")
     assert "batch 1" in line, line
+
+
+def test_dead_letters_are_verified_beside_the_output(
+    kafka: Any, spark: Any, tmp_path: Path
+) -> None:
+    prefix = f"verify-dl-{random.randrange(10**9)}-"
+    simulate(small_simulation(prefix, seed=5, faulty=0.4), kafka.bootstrap_servers)
+    config = sessions_config(
+        kafka.bootstrap_servers,
+        prefix,
+        tmp_path,
+        name="verify-dl",
+        max_offsets=600,
+        spark=TWO_LOCAL_CORES,
+        integrity={"on_violation": "dead_letter"},
+    )
+    build_pipeline(config).run()
+    toml = tmp_path / "pipeline.toml"
+    toml.write_text(dump_toml(config))
+    done = cli("verify", str(toml), "--json", "--digests")
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is True and doc["dead_letter"]["ok"] is True
+    assert doc["dead_letter"]["files"] > 0
+    assert doc["dead_letter"]["digests_checked"] == doc["dead_letter"]["files"]
+    assert doc["dead_letter"]["notes"] == []

@@ -70,5 +70,31 @@ def handle(args: argparse.Namespace) -> int:
     report = verify(
         target.sink, owner, digests=args.digests, sample=args.sample, end=checkpoint_end(target)
     )
-    print_report(args.json, report.to_json(), report.lines)
-    return 0 if report.ok else 1
+    doc, lines, ok = report.to_json(), report.lines(), report.ok
+    dead_letter = target.pipeline.dead_letter
+    if dead_letter is not None and _readable(dead_letter):
+        # Dead letters are committed with the batch, by the same sink classes: the same
+        # proofs of files and rows, but no offset ranges (they are the output's exceptions).
+        extra = verify(dead_letter, owner, digests=args.digests, sample=args.sample, ranges=False)
+        ok = ok and extra.ok
+        doc |= {"ok": ok, "dead_letter": extra.to_json()}
+        lines += ["dead letters:", *extra.lines()]
+    print_report(args.json, doc, lambda: lines)
+    return 0 if ok else 1
+
+
+def _readable(sink: Any) -> bool:
+    """Whether ``sink`` is an output verify can read (Parquet, Delta, Iceberg) that exists."""
+    from inorder.errors import InorderError
+    from inorder.ops.output import sink_kind
+
+    while hasattr(sink, "inner"):
+        sink = sink.inner
+    try:
+        sink_kind(sink)
+    except InorderError:
+        return False
+    try:
+        return sink.last_committed_batch() is not None
+    except Exception:  # an output never written (no dead letter yet): nothing to verify
+        return False

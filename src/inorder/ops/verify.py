@@ -330,12 +330,16 @@ def judge(
     digests: bool = False,
     sample: int = 0,
     end: CheckpointEnd | None = None,
+    ranges: bool = True,
 ) -> VerifyReport:
     """Check ``evidence`` (ranges, shared files, every live file) into a report; with
-    ``end``, also that the output reaches the pipeline checkpoint's committed end."""
+    ``end``, also that the output reaches the pipeline checkpoint's committed end.
+    ``ranges=False`` skips the offset ranges (a dead-letter output records none)."""
     problems = list(evidence.problems)
-    range_problems, covered = check_ranges(evidence)
-    problems += range_problems
+    covered: dict[str, list[int]] = {}
+    if ranges:
+        range_problems, covered = check_ranges(evidence)
+        problems += range_problems
     if end is not None:
         problems += check_end(evidence, covered, end)
     problems += check_shared(evidence.batches)
@@ -368,14 +372,16 @@ def verify(
     sample: int = 0,
     collect: Callable[[Any, str | None], Evidence] | None = None,
     end: CheckpointEnd | None = None,
+    ranges: bool = True,
 ) -> VerifyReport:
     """Verify the committed output of ``sink`` (bound to pipeline checkpoint ``owner``);
-    ``end`` is where the checkpoint says the committed output ends (:func:`checkpoint_end`)."""
+    ``end`` is where the checkpoint says the committed output ends (:func:`checkpoint_end`);
+    ``ranges=False`` for an output whose commits record no offset ranges (dead letters)."""
     while hasattr(sink, "inner"):  # job versions and repaired batch ids wrap the real sink
         sink = sink.inner
     if collect is None:
         collect = collector(sink)
-    return judge(collect(sink, owner), digests, sample, end)
+    return judge(collect(sink, owner), digests, sample, end, ranges)
 
 
 def collector(sink: Any) -> Callable[[Any, str | None], Evidence]:
