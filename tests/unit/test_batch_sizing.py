@@ -99,3 +99,39 @@ def test_the_source_plans_the_sized_batch_under_the_hard_cap(
     second_start = SourceOffset.from_dict(end)
     end = reader.latestOffset(end, reader.getDefaultReadLimit())
     assert _planned(reader, second_start, end) == (cap or FIRST_BATCH * STEP)
+
+
+def test_pipelines_read_a_backlog_in_bounded_batches_by_default() -> None:
+    # A backlog read as one batch gave no progress, commit or stop bound until its end.
+    from inorder.kafka.api import DEFAULT_TARGET_BATCH_DURATION, KafkaSource
+    from inorder.pipeline.config import _make_source, validate
+
+    def target(**given: object) -> str | None:
+        return (
+            KafkaSource("b:9092", topics=["t"], **given)
+            .to_options()
+            .get(  # type: ignore[arg-type]
+                "inorder.targetBatchDuration"
+            )
+        )
+
+    assert DEFAULT_TARGET_BATCH_DURATION == "20 seconds"
+    assert target() == "20 seconds"
+    assert target(target_batch_duration="off") is None
+    assert target(target_batch_duration=None) is None
+    assert target(target_batch_duration=5) == "5000"
+    base = {
+        "processor": {"type": "inorder.sessions:SessionTables"},
+        "source": {"bootstrap_servers": "b:9092", "topics": ["t"]},
+        "sink": {"path": "/x"},
+    }
+    config = validate(base)
+    assert _make_source(config["source"]).to_options()["inorder.targetBatchDuration"] == (
+        "20 seconds"
+    )
+    off = validate({**base, "source": {**base["source"], "target_batch_duration": "off"}})
+    assert "inorder.targetBatchDuration" not in _make_source(off["source"]).to_options()
+    # Parsed by the source as any duration.
+    assert parse_options(
+        {**BASE, "inorder.targetBatchDuration": "20 seconds"}
+    ).target_batch_duration

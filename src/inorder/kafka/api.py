@@ -23,6 +23,11 @@ def _millis(value: str | timedelta | float | int) -> str:
     return value
 
 
+#: A backlog is read in micro-batches of about this long (each a commit, a progress line and
+#: the most a stop or a crash has to redo), sized from the rate the previous ones reached.
+DEFAULT_TARGET_BATCH_DURATION = "20 seconds"
+
+
 @dataclass(frozen=True, repr=False)
 class KafkaSource:
     """Where a pipeline reads from: one of ``topic_pattern``, ``topics`` or ``assign``.
@@ -34,7 +39,10 @@ class KafkaSource:
     SSL, ...) passed through; they are never printed. ``options`` adds any other source option
     by its Spark name (see docs/kafka-source.md). ``archive`` (the path of an
     ``inorder archive`` dataset) reads each partition from the archive up to its end and then
-    from Kafka (see docs/archive.md).
+    from Kafka (see docs/archive.md). ``target_batch_duration`` sizes micro-batches to take
+    about that long while there is a backlog (default :data:`DEFAULT_TARGET_BATCH_DURATION`;
+    ``None`` or ``"off"``: a micro-batch takes everything available, up to
+    ``max_offsets_per_trigger``).
     """
 
     bootstrap_servers: str
@@ -43,7 +51,7 @@ class KafkaSource:
     assign: Mapping[str, Sequence[int]] | str | None = None
     starting_offsets: str | Mapping[str, Mapping[str, int]] = "earliest"
     max_offsets_per_trigger: int | None = None
-    target_batch_duration: str | timedelta | float | None = None
+    target_batch_duration: str | timedelta | float | None = DEFAULT_TARGET_BATCH_DURATION
     fail_on_data_loss: bool = True
     include_headers: bool = False
     kafka_options: Mapping[str, str] = field(default_factory=dict)
@@ -103,8 +111,9 @@ class KafkaSource:
         )
         if self.max_offsets_per_trigger is not None:  # 0 too: the parser rejects it by name
             opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
-        if self.target_batch_duration is not None:
-            opts["inorder.targetBatchDuration"] = _millis(self.target_batch_duration)
+        target = self.target_batch_duration
+        if target is not None and not (isinstance(target, str) and target.strip() == "off"):
+            opts["inorder.targetBatchDuration"] = _millis(target)
         opts["failOnDataLoss"] = "true" if self.fail_on_data_loss else "false"
         opts["includeHeaders"] = "true" if self.include_headers else "false"
         if self.topic_discovery_interval is not None:

@@ -110,7 +110,7 @@ def _check_values(config: Config, origin: str) -> None:
         ("pipeline", "lease_duration"),
     ):
         text = config[section][key]
-        if text:
+        if text and text != "off":
             try:
                 parse_duration(text)
             except ValueError as exc:
@@ -264,7 +264,7 @@ def _make_source(spec: Mapping[str, Any]) -> Any:
         topics=list(spec["topics"]) or None,
         starting_offsets=spec["starting_offsets"],
         max_offsets_per_trigger=spec["max_offsets_per_trigger"] or None,
-        target_batch_duration=spec.get("target_batch_duration") or None,
+        target_batch_duration=spec.get("target_batch_duration") or "off",
         fail_on_data_loss=spec["fail_on_data_loss"],
         include_headers=spec["include_headers"],
         topic_discovery_interval=spec["topic_discovery_interval"],

@@ -120,9 +120,10 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         ),
         "target_batch_duration": Setting(
             str,
-            "",
-            "Size micro-batches to take about this long while there is a backlog, e.g. "
-            '"20 seconds" (empty: off); max_offsets_per_trigger stays a hard cap.',
+            "20 seconds",
+            "Size micro-batches to take about this long while there is a backlog (each is a "
+            'commit, a progress line, the most a stop or a crash redoes); "off": a batch takes '
+            "everything available. max_offsets_per_trigger stays a hard cap.",
         ),
         "fail_on_data_loss": Setting(
             bool, True, "Fail when records to read are gone (retention, deleted topic)."
