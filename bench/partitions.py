@@ -1,0 +1,237 @@
+"""Cost per record against the number of topic-partitions: the same job over 12 to 4,800.
+
+Run: ``.venv/bin/python bench/partitions.py [--partitions 12,120,1200] [--messages 400000]
+[--max-offsets 100000] [--rounds 3] [--vs CHECKOUT] [--quick]``
+
+``--quick`` (~5 minutes on 2 shared cores for 12/120/1,200): 200,000 messages, batches of
+50,000, one round. ``--partitions 12,120,1200,4800`` adds the 4,800 case (slow before the
+per-partition costs were removed).
+
+For each count N, one backlog of simulated session traffic is produced to the local broker
+(N/4 sites of one topic each, 4 partitions per topic, ``--sessions-per-site`` sessions per
+site, no faults: the ``examples/sessions.toml`` shape), the same number of messages for
+every N. Then ``inorder run examples/sessions.toml`` reads all of it on ``local[2]`` with
+Trigger.AvailableNow, ``maxOffsetsPerTrigger`` = ``--max-offsets``, Parquet zstd partitioned
+by topic, in a fresh process tree (``bench/cpu_per_record.py``'s measure: user + system
+seconds of every process, reaped as a subreaper). With ``--vs CHECKOUT`` the same run from
+another source tree alternates with this one (the order rotates every round), so before and
+after are measured side by side under the same load.
+
+Reported per N and contender (medians over rounds): steady CPU per record (from the first
+batch's commit to the last's, whole tree), steady seconds per batch (the batches after the
+first), the tasks' own phases summed over partitions per batch (``load``: opening state,
+``state``: the state delta, ``write``: output, ``read``: Kafka, ``apply``) and the driver's
+``commit``, each also as milliseconds per topic-partition per batch, plus output files and
+checkpoint bytes at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common
+import _process_tree as process_tree
+from cpu_per_record import DRIVER, _events, _steady
+
+ROOT = common.ROOT
+
+#: Phases of the batch report shown per batch and per topic-partition.
+PHASES = ("tasks", "commit", "load", "state", "write", "read", "apply")
+
+
+def _tree_bytes(path: str) -> tuple[int, int]:
+    """Files and bytes under ``path``."""
+    files = size = 0
+    for base, _, names in os.walk(path):
+        for name in names:
+            files += 1
+            size += os.path.getsize(os.path.join(base, name))
+    return files, size
+
+
+def run_once(
+    kind: str, tree: Path, *, bootstrap: str, prefix: str, tmp: str, total: int, max_offsets: int
+) -> dict[str, Any]:
+    """One ``inorder run`` over the topics ``prefix*``; what it cost."""
+    work = f"{tmp}/{uuid.uuid4().hex[:8]}"
+    Path(work).mkdir(parents=True)
+    env = dict(os.environ, PYTHONPATH=str(tree / "src"), TMPDIR=work)
+    argv = [sys.executable, "-c", DRIVER]
+    argv += common.sessions_run_args(bootstrap, prefix, max_offsets, work)
+    run = process_tree.run_tree(argv, env=env, cwd=work, stderr_path=f"{work}.stderr")
+    if run.returncode != 0:
+        tail = Path(f"{work}.stderr").read_text(errors="replace")[-3000:]
+        raise SystemExit(f"{kind} exited with {run.returncode}; stderr ends:\n{tail}")
+    events = _events(run.lines)
+    module = next((e["file"] for _, e in events if e.get("event") == "bench_module"), "")
+    if not Path(module).resolve().is_relative_to((tree / "src").resolve()):
+        raise SystemExit(f"{kind}: the driver imported {module}, not {tree / 'src'}")
+    batches = [(at, e) for at, e in events if e.get("event") == "batch" and e["records"] > 0]
+    records = sum(int(e["records"]) for _, e in batches)
+    if records != total:
+        raise SystemExit(f"{kind} read {records} records, expected {total}")
+    result: dict[str, Any] = {
+        "kind": kind,
+        "wall": run.wall,
+        "cpu": run.cpu,
+        "load": os.getloadavg()[0],
+        "steady_us": float("nan"),
+        "steady_rate": float("nan"),
+    }
+    _steady(result, run.series, [(at, int(e["records"])) for at, e in batches])
+    steady = [e for _, e in batches[1:]] or [e for _, e in batches]
+    result["batch_s"] = common.median([float(e["duration_seconds"]) for e in steady])
+    for phase in PHASES:
+        result[phase] = common.median([float(e.get("seconds", {}).get(phase, 0.0)) for e in steady])
+    opens: dict[str, int] = {}
+    for e in steady:
+        for k, v in (e.get("state_opens") or {}).items():
+            opens[k] = opens.get(k, 0) + int(v)
+    result["opens"] = {k: v // len(steady) for k, v in opens.items()}
+    result["files"] = _tree_bytes(f"{work}/output")[0]
+    result["checkpoint"] = _tree_bytes(f"{work}/checkpoint")[1]
+    return result
+
+
+def _line(n: int, r: dict[str, Any]) -> str:
+    phases = ", ".join(f"{p} {r[p]:.2f}" for p in PHASES)
+    return (
+        f"{n:>5} tp {r['kind']:<16} steady {r['steady_us']:6.1f} us/rec "
+        f"{r['steady_rate']:>8,.0f} rec/s  {r['batch_s']:.2f} s/batch  wall {r['wall']:.1f} s "
+        f"cpu {r['cpu']:.1f} s  [{phases}] opens {r['opens']}  files {r['files']}  "
+        f"checkpoint {r['checkpoint'] / 1e6:.1f} MB  load {r['load']:.1f}"
+    )
+
+
+def report(results: dict[tuple[int, str], list[dict[str, Any]]], max_offsets: int) -> str:
+    """Markdown table of the medians."""
+    med = common.median
+    rows = []
+    base = {kind: med([r["steady_us"] for r in rs]) for (n, kind), rs in results.items() if n == 12}
+    for (n, kind), rs in sorted(results.items()):
+        us = med([r["steady_us"] for r in rs])
+        batch_s = med([r["batch_s"] for r in rs])
+        per_tp = med([r["batch_s"] / n * 1e3 for r in rs])
+        phases = " / ".join(f"{med([r[p] for r in rs]) / n * 1e3:.2f}" for p in PHASES)
+        rows.append(
+            [
+                n,
+                kind,
+                f"{us:.1f}",
+                f"{us / base[kind]:.2f}" if base.get(kind) else "-",
+                f"{med([r['steady_rate'] for r in rs]):,.0f}",
+                f"{batch_s:.2f}",
+                f"{per_tp:.2f}",
+                phases,
+                f"{med([r['wall'] for r in rs]):.1f}",
+                int(med([r["files"] for r in rs])),
+                f"{med([r['checkpoint'] for r in rs]) / 1e6:.1f}",
+                len(rs),
+            ]
+        )
+    return common.table(
+        [
+            "topic-partitions",
+            "contender",
+            "steady us CPU/record",
+            "x at 12",
+            "steady rec/s",
+            f"s per {max_offsets:,} batch",
+            "ms per tp per batch",
+            "ms per tp per batch: " + " / ".join(PHASES),
+            "wall s",
+            "output files",
+            "checkpoint MB",
+            "runs",
+        ],
+        rows,
+        right=(0, *range(2, 12)),
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", default="12,120,1200", help="comma-separated, x 4")
+    parser.add_argument("--messages", type=int, default=400_000)
+    parser.add_argument("--max-offsets", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=None, help="3 (1 with --quick)")
+    parser.add_argument("--sessions-per-site", type=int, default=40)
+    parser.add_argument(
+        "--quick", action="store_true", help="200k messages, batches of 50k, 1 round"
+    )
+    parser.add_argument(
+        "--vs", metavar="CHECKOUT", action="append", default=[], help="also run this tree"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.messages, args.max_offsets = 200_000, 50_000
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
+    counts = [int(x) for x in args.partitions.split(",")]
+    if any(n % 4 for n in counts):
+        parser.error("--partitions: multiples of 4 (sites x 4 partitions)")
+    contenders: list[tuple[str, Path]] = [("inorder", ROOT)]
+    for checkout in args.vs:
+        other = Path(checkout).resolve()
+        if not (other / "src" / "inorder").is_dir():
+            parser.error(f"--vs: {other}/src/inorder is not a directory")
+        contenders.append((f"inorder ({other.name})", other))
+    common.setup_env()
+    if not process_tree.set_child_subreaper():
+        print("warning: no subreaper; CPU is the sampled lower bound", flush=True)
+    loads = [os.getloadavg()]
+    results: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    with common.workdir("inorder-partitions-") as tmp, common.broker(tmp) as bootstrap:
+        prefixes: dict[int, tuple[str, int]] = {}
+        for n in counts:
+            prefix = f"tp{n}-{uuid.uuid4().hex[:6]}-"
+            started = time.perf_counter()
+            sim = common.simulate_backlog(
+                bootstrap,
+                prefix,
+                args.messages,
+                sites=n // 4,
+                sessions_per_site=args.sessions_per_site,
+            )
+            prefixes[n] = (prefix, int(sim.records))
+            print(
+                f"{n} topic-partitions: produced {sim.records:,} messages in "
+                f"{time.perf_counter() - started:.1f} s",
+                flush=True,
+            )
+        for round_no in range(args.rounds):
+            shift = round_no % len(contenders)
+            for n in counts:
+                prefix, total = prefixes[n]
+                for kind, tree in contenders[shift:] + contenders[:shift]:
+                    r = run_once(
+                        kind,
+                        tree,
+                        bootstrap=bootstrap,
+                        prefix=prefix,
+                        tmp=tmp,
+                        total=total,
+                        max_offsets=args.max_offsets,
+                    )
+                    results.setdefault((n, kind), []).append(r)
+                    print(f"round {round_no + 1}: " + _line(n, r), flush=True)
+    loads.append(os.getloadavg())
+    load = ", ".join(f"{a:.2f} {b:.2f} {c:.2f}" for a, b, c in loads)
+    print(
+        f"\n{args.messages:,} messages, maxOffsetsPerTrigger {args.max_offsets:,}, "
+        f"{args.rounds} rounds; load average (1/5/15 min) before, after: {load}\n"
+    )
+    print(report(results, args.max_offsets))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
