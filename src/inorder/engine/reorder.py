@@ -18,17 +18,64 @@ records merged with event-time timers as the watermark rises.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from inorder.engine.context import EVENT_TIME, from_micros
-from inorder.engine.timers import is_live
+from inorder.engine.context import EVENT_TIME, EngineContext, from_micros
+from inorder.engine.timers import TimerQueue, is_live
+from inorder.engine.violations import ViolationEvent
 from inorder.state.entry import KeyEntry
 
 if TYPE_CHECKING:
-    from inorder.engine.apply import OrderedApplier
+    from inorder.codecs.base import Codec
+    from inorder.processor import Processor
     from inorder.state.entry import StateView
+
+
+class Applier(Protocol):
+    """What the tier uses of :class:`~inorder.engine.apply.OrderedApplier` (its own part of
+    the applier's steps; the applier is above and owns the tier)."""
+
+    ctx: EngineContext
+    codec: Codec[Any]
+    processor: Processor[Any, Any, Any]
+    failed: ViolationEvent | None
+    _timers: dict[int, TimerQueue]
+    _defer: list[tuple[int, str]] | None
+    _et_hint: int | None
+
+    def _get(self, key: str) -> KeyEntry | None: ...
+
+    def _timeout(self, key: str, entry: KeyEntry) -> None: ...
+
+    def _skip_ignored(self, key: str | None) -> bool: ...
+
+    def _violation(
+        self,
+        rule: str,
+        detail: str,
+        key: str | None,
+        offset: int,
+        value: bytes | None,
+        ts_us: int | None,
+        kafka_key: bytes | None = None,
+        policy: str | None = None,
+    ) -> None: ...
+
+    def _apply_msg(
+        self,
+        key: str,
+        msg: Any,
+        offset: int,
+        kafka_key: bytes | None,
+        value: bytes | None,
+        ts_us: int | None,
+        event_us: int | None,
+    ) -> None: ...
+
+    def _bug(self, exc: BaseException, key: str | None, offset: int, where: str) -> None: ...
+
 
 #: The reserved state key holding a partition's reorder buffer (NUL: never a user key).
 REORDER_KEY = "\x00inorder.reorder"
@@ -107,7 +154,7 @@ class ReorderBuffer:
 class FuzzyTier:
     """The fuzzy tier inside one :class:`~inorder.engine.apply.OrderedApplier`."""
 
-    def __init__(self, applier: OrderedApplier, view: StateView) -> None:
+    def __init__(self, applier: Applier, view: StateView) -> None:
         self._applier = applier
         self.buffer = ReorderBuffer.from_entry(view.load(REORDER_KEY))
 
