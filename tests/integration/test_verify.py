@@ -23,10 +23,12 @@ from tests.fixtures.sessions_job import TWO_LOCAL_CORES, sessions_config, small_
 
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
+from inorder.ops.repair import apply_repair, plan_repair
 from inorder.ops.target import OpsTarget
 from inorder.ops.verify import CheckpointEnd, VerifyReport, checkpoint_end, verify
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.config import build_pipeline
+from inorder.pipeline.runner import PipelineRunner
 from inorder.sinks.commit_checkpoint import write_checkpoint
 from inorder.sinks.delta import APP_ID_KEY, BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY
 from inorder.sinks.parquet import (
@@ -294,7 +296,7 @@ def table_run(
 
 def test_a_clean_table_verifies_clean(table_run: TableRun) -> None:
     layout = CheckpointLayout.of(str(table_run.work / "checkpoint"))
-    end = checkpoint_end(SimpleNamespace(spark_dir=layout.spark_dir, batch_offset=0))
+    end = checkpoint_end(SimpleNamespace(spark_dir=layout.spark_dir, batch_offset=0, layout=layout))
     assert end is not None
     report = verify(table_run.sink, table_run.owner, digests=True, end=end)
     assert report.ok, "\n".join(report.lines())
@@ -407,3 +409,40 @@ def test_dead_letters_are_verified_beside_the_output(
     assert doc["dead_letter"]["files"] > 0
     assert doc["dead_letter"]["digests_checked"] == doc["dead_letter"]["files"]
     assert doc["dead_letter"]["notes"] == []
+
+
+def test_a_repaired_output_verifies_clean_against_its_checkpoint(
+    kafka: Any, spark: Any, tmp_path: Path
+) -> None:
+    """After ``inorder repair`` the next range of a partition starts where the repair cut it,
+    inside an earlier batch's range: the repaired checkpoint says so, and verify accepts it."""
+    prefix = f"verify-repair-{random.randrange(10**9)}-"
+    simulate(small_simulation(prefix, seed=9), kafka.bootstrap_servers)
+    config = sessions_config(
+        kafka.bootstrap_servers,
+        prefix,
+        tmp_path,
+        name="verify-repair",
+        max_offsets=300,
+        spark=TWO_LOCAL_CORES,
+    )
+    toml = tmp_path / "pipeline.toml"
+    toml.write_text(dump_toml(config))
+    PipelineRunner(build_pipeline(config), stop_after_batches=2).run()
+    # The crash: every partition's state is gone, Spark's logs are intact.
+    state = tmp_path / "checkpoint" / "engine" / "state"
+    for victim in sorted(p for p in state.glob("*/*") if p.is_dir()):
+        shutil.rmtree(victim)
+    build_pipeline(config).run()
+    target = OpsTarget.load(str(toml))
+    plan = apply_repair(target, plan_repair(target, use_validate=True))
+    assert plan.applied and plan.batch_offset > 0
+    build_pipeline(config).run()
+    target = OpsTarget.load(str(toml))
+    end = checkpoint_end(target)
+    assert end is not None and end.restart_batch == plan.batch_offset
+    owner = str((target.layout.read_info() or {})["id"])
+    report = check(tmp_path / "output", owner, end=end)
+    assert report.ok, "\n".join(report.lines())
+    # Without the checkpoint the restart is a range committed again that nothing explains.
+    assert kinds(check(tmp_path / "output", owner)) & {"overlap", "committed_twice"}

@@ -91,11 +91,15 @@ class VerifyReport:
         }
 
 
-def check_ranges(evidence: Evidence) -> tuple[list[Problem], dict[str, list[int]]]:
+def check_ranges(
+    evidence: Evidence, end: CheckpointEnd | None = None
+) -> tuple[list[Problem], dict[str, list[int]]]:
     """Gaps, overlaps and ranges committed twice; the span covered per partition.
 
     Tiling starts after the last batch whose commit recorded no ranges (commits of a
     release without proofs come first): before it there is nothing to check against.
+    A checkpoint made by ``inorder repair`` (``end.restarts``) moves where a partition's
+    first range from ``end.restart_batch`` on must start: where the repair cut it.
     """
     problems: list[Problem] = []
     batches = evidence.batches
@@ -112,20 +116,43 @@ def check_ranges(evidence: Evidence) -> tuple[list[Problem], dict[str, list[int]
         for name, pieces in evidence.folded.items():
             ranges[name] = [(None, int(a), int(b)) for a, b in pieces]
     for b in batches:
-        for name, (start, end) in (b.offsets or {}).items():
-            ranges.setdefault(name, []).append((b.batch_id, start, end))
+        for name, (first, last) in (b.offsets or {}).items():
+            ranges.setdefault(name, []).append((b.batch_id, first, last))
     covered: dict[str, list[int]] = {}
     for name, seq in sorted(ranges.items()):
         covered[name] = [min(r[1] for r in seq), max(r[2] for r in seq)]
         first_of: dict[tuple[int, int], int | None] = {(seq[0][1], seq[0][2]): seq[0][0]}
-        for (pb, ps, pe), (bid, start, end) in itertools.pairwise(seq):
-            again = (start, end) in first_of and start < end
-            if again and (start, end) != (ps, pe):
+        cut = _cut(end, name)
+        for (pb, ps, pe), (bid, start, stop) in itertools.pairwise(seq):
+            if cut is not None and _after_cut(cut[0], pb, bid, start, cut[1]):
+                # The repair deleted the rows from the cut on: tiling resumes there.
+                pe, cut = min(pe, cut[1]), None
+                first_of = {k: v for k, v in first_of.items() if k[1] <= pe}
+            again = (start, stop) in first_of and start < stop
+            if again and (start, stop) != (ps, pe):
                 # The same range again, later: the batch's records were committed twice.
-                pb, ps, pe = first_of[(start, end)], start, end
-            first_of.setdefault((start, end), bid)
-            problems.extend(_pair(name, pb, ps, pe, bid, start, end, evidence.folded_upto))
+                pb, ps, pe = first_of[(start, stop)], start, stop
+            first_of.setdefault((start, stop), bid)
+            problems.extend(_pair(name, pb, ps, pe, bid, start, stop, evidence.folded_upto))
     return problems, covered
+
+
+def _cut(end: CheckpointEnd | None, name: str) -> tuple[int, int] | None:
+    """``(first batch, offset)`` where a repair restarted partition ``name``, if one did."""
+    if end is None or end.restart_batch is None or name not in end.restarts:
+        return None
+    return end.restart_batch, end.restarts[name]
+
+
+def _after_cut(first: int, prev: int | None, batch: int | None, start: int, at: int) -> bool:
+    """Whether this pair crosses the repair: the previous range is before the repaired
+    checkpoint's first batch and this one is at or after it (folded ranges have no batch
+    id: then the range must start where the repair cut)."""
+    if batch is not None and prev is not None:
+        return prev < first <= batch
+    if batch is not None:
+        return batch >= first and start == at
+    return start == at
 
 
 def _pair(
@@ -265,6 +292,11 @@ class CheckpointEnd:
     """The output's batch id of the newest batch Spark recorded as committed."""
     ends: dict[str, int]
     """Per ``"<topic>/<partition>"``, the next offset to read after that batch."""
+    restart_batch: int | None = None
+    """The output's first batch of a checkpoint made by ``inorder repair`` (``None``: none)."""
+    restarts: dict[str, int] = field(default_factory=dict)
+    """Where that checkpoint restarted each partition: the repair deleted the rows from
+    there, so the partition's next range starts there, inside an earlier batch's range."""
 
 
 def checkpoint_end(target: Any) -> CheckpointEnd | None:
@@ -277,7 +309,15 @@ def checkpoint_end(target: Any) -> CheckpointEnd | None:
     if entry is None:
         return None
     ends = {f"{tp.topic}/{tp.partition}": int(e) for tp, e in entry.end.items()}
-    return CheckpointEnd(target.batch_offset + entry.batch_id, ends)
+    info = target.layout.read_info() or {}
+    starting = info.get("startingOffsets") if info.get("batch_offset") is not None else None
+    restarts = {
+        f"{topic}/{part}": int(start)
+        for topic, parts in (starting if isinstance(starting, dict) else {}).items()
+        for part, start in parts.items()
+    }
+    restart_batch = target.batch_offset if restarts else None
+    return CheckpointEnd(target.batch_offset + entry.batch_id, ends, restart_batch, restarts)
 
 
 def check_end(
@@ -338,7 +378,7 @@ def judge(
     problems = list(evidence.problems)
     covered: dict[str, list[int]] = {}
     if ranges:
-        range_problems, covered = check_ranges(evidence)
+        range_problems, covered = check_ranges(evidence, end)
         problems += range_problems
     if end is not None:
         problems += check_end(evidence, covered, end)
