@@ -1,4 +1,4 @@
-"""Running a :class:`~inorder.pipeline.pipeline.Pipeline` as a Spark structured streaming query.
+"""Running a pipeline (:class:`~inorder.pipeline.spec.PipelineSpec`) as a Spark streaming query.
 
 The query is ``source -> foreachBatch``; inside each micro-batch the backend applies the
 processor (one task per topic-partition, no shuffle), stages output files and state, and the
@@ -53,8 +53,8 @@ from inorder.pipeline.spark_progress import (
 )
 
 if TYPE_CHECKING:
-    from inorder.pipeline.pipeline import Pipeline
     from inorder.pipeline.spark import EarlySession
+    from inorder.pipeline.spec import PipelineSpec
 
 
 class _StopRequested(Exception):
@@ -66,7 +66,7 @@ class PipelineRunner:
 
     def __init__(
         self,
-        pipeline: Pipeline[Any, Any, Any],
+        pipeline: PipelineSpec[Any, Any, Any],
         reporter: ProgressReporter | None = None,
         handle_signals: bool = True,
         stop_after_batches: int | None = None,
