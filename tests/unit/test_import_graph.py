@@ -1,8 +1,9 @@
 """The package's modules import each other without cycles, and none grows past 500 lines.
 
-Every import that runs counts, module-level and inside functions alike: a cycle hidden in a
-function is still two modules that cannot be understood apart. Imports under
-``if TYPE_CHECKING:`` never run and only name types; they do not count.
+Every import counts, module-level and inside functions alike: a cycle hidden in a function
+is still two modules that cannot be understood apart. Imports under ``if TYPE_CHECKING:``
+never run, but a module naming a type of a module above it still depends on it: they count
+too (:func:`import_graph` can leave them out, to tell the two kinds of cycle apart).
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path, modules: set[str]) -> set[str]:
+def _imports(path: Path, modules: set[str], type_imports: bool) -> set[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     package = _module_name(path)
     if path.name != "__init__.py":
         package = package.rsplit(".", 1)[0]
     found: set[str] = set()
-    for node in _runtime_nodes(tree):
+    for node in ast.walk(tree) if type_imports else _runtime_nodes(tree):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -59,11 +60,12 @@ def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
     return out
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports."""
+def import_graph(type_imports: bool = True) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (``type_imports``: those under
+    ``if TYPE_CHECKING:`` too)."""
     files = sorted(PACKAGE.rglob("*.py"))
     modules = {_module_name(f) for f in files}
-    graph = {_module_name(f): _imports(f, modules) for f in files}
+    graph = {_module_name(f): _imports(f, modules, type_imports) for f in files}
     # A package's __init__ re-exporting its modules is not a dependency of those modules on
     # each other: drop edges into package __init__ files from their own submodules.
     for module, targets in graph.items():
