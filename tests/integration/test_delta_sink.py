@@ -330,3 +330,22 @@ def test_inorder_reads_files_without_string_bounds_whole(
     assert view.count(TopicPartition("a", 1), 40) == 7
     assert view.read(TopicPartition("b", 0)).num_rows == 10
     assert sum(n for n, _, _ in view.partitions().values()) == 60
+
+
+def test_a_twin_commit_after_the_guard_is_refused_by_the_log(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    sink = DeltaSink(path, partition_by=["topic"], app_id="q")
+    sink.check(SCHEMA)
+    twin = DeltaSink(path, partition_by=["topic"], app_id="q")
+    twin.check(SCHEMA)
+    guard = sink._guard
+
+    def twin_wins(batch_id: int) -> None:
+        guard(batch_id)  # nothing there yet: the guard lets the commit through ...
+        assert twin.commit(batch_id, stage(twin, batch_id, 50, key="twin"))  # ... then a twin
+
+    sink._guard = twin_wins  # type: ignore[method-assign]
+    with pytest.raises(DuplicateCommitError, match="was committed by another writer"):
+        sink.commit(0, stage(sink, 0, 100))
+    assert DeltaTable(path).version() == 1
+    assert read(path, None).num_rows == 50

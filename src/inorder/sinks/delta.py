@@ -393,16 +393,27 @@ class DeltaSink(FileSink):
             ranges = consumed_ranges(consumed, self._previous_ends(table))
             metadata[OFFSETS_KEY] = json.dumps(ranges, separators=(",", ":"))
         self._guard(batch_id)
-        table.create_write_transaction(
-            actions,
-            mode="append",
-            schema=schema,
-            partition_by=self.partition_by or None,
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=self.app_id, version=batch_id)],
-                custom_metadata=metadata,
-            ),
-        )
+        try:
+            table.create_write_transaction(
+                actions,
+                mode="append",
+                schema=schema,
+                partition_by=self.partition_by or None,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id=self.app_id, version=batch_id)],
+                    custom_metadata=metadata,
+                ),
+            )
+        except Exception as exc:
+            # The window after the guard: delta-rs refuses a commit whose app id another
+            # writer committed after this one's snapshot was read ("Concurrent transaction").
+            if "concurrent transaction" in str(exc).lower():
+                raise DuplicateCommitError(
+                    f"{self.path}: batch {batch_id} of app id {self.app_id!r} was committed "
+                    "by another writer while this one committed it; refusing to commit it a "
+                    "second time. Stop the other driver with this app id, then run again"
+                ) from None
+            raise
         if ranges is not None and self._ends is not None:
             self._ends.update({k: v[1] for k, v in ranges.items()})
         return True
