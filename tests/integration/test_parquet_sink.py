@@ -415,3 +415,25 @@ def test_manifests_of_the_previous_release_still_read_and_resume(tmp_path: Path)
     assert again.commit_consumed(1, stage(again, 1, 100), [ConsumedOffsets("in", 0, 0, 9)])
     assert read_committed(path).num_rows == 200
     assert [f.digest is None for f in committed_files(path)].count(True) == len(old["files"])
+
+
+def test_verify_reads_the_proofs_on_local_disk_and_s3(
+    sink_location: tuple[str, dict[str, str] | None],
+) -> None:
+    from inorder.ops.verify import verify
+
+    path, options = sink_location
+    sink = ParquetSink(path, partition_by=["topic"], storage_options=options)
+    sink.bind("owner-1")
+    sink.check(SCHEMA)
+    for b in range(3):
+        consumed = [ConsumedOffsets("in", 0, b * 10, b * 10 + 9)]
+        assert sink.commit_consumed(b, stage(sink, b, 200), consumed)
+    report = verify(sink, "owner-1", digests=True)
+    assert report.ok, "\n".join(report.lines())
+    assert report.partitions == {"in/0": [0, 30]} and report.digests_checked == report.files
+    loc = sfs.resolve(path, options)
+    victim = committed_files(path, options)[0].path
+    sfs.delete_quietly(loc, loc.join(victim))
+    report = verify(sink, "owner-1")
+    assert [(p.kind, p.file) for p in report.problems] == [("missing_file", victim)]
