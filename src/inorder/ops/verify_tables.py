@@ -50,6 +50,7 @@ def _live(evidence: Evidence, current: list[tuple[str, int]]) -> None:
     """The table's current files, with the rows and digest their batch recorded."""
     recorded = {f.path: f for b in evidence.batches for f in b.files}
     listed = {b.batch_id for b in evidence.batches if b.files_recorded}
+    unproven = 0
     for path, rows in current:
         proof = recorded.get(path)
         if proof is not None:
@@ -65,6 +66,7 @@ def _live(evidence: Evidence, current: list[tuple[str, int]]) -> None:
                 )
             continue
         evidence.live.append(FileProof(path, rows, None, None))
+        unproven += 1
         bid = file_batch_id(path.rsplit("/", 1)[-1])
         if bid is not None and bid in listed:
             evidence.problems.append(
@@ -75,6 +77,12 @@ def _live(evidence: Evidence, current: list[tuple[str, int]]) -> None:
                     file=path,
                 )
             )
+    if unproven:
+        evidence.notes.append(
+            f"{unproven} live file(s) were added by commits that record no proof (a "
+            "compaction, a repair, another writer, or a release before commits carried "
+            "proofs): checked against the table's own row counts, without digests"
+        )
 
 
 def collect_delta(sink: Any, owner: str | None) -> Evidence:
