@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -106,7 +107,13 @@ class PipelineRunner:
     @property
     def checkpoint(self) -> str:
         """The checkpoint root as a string."""
-        return str(self.pipeline.checkpoint)
+        return self.layout.root
+
+    @cached_property
+    def layout(self) -> CheckpointLayout:
+        """The checkpoint's layout: every path below the root comes from it (the checkpoint
+        stays the same when a repair's resume or initial state replace the pipeline)."""
+        return CheckpointLayout.of(self.pipeline.checkpoint)
 
     def _check_checkpoint_writable(self) -> None:
         root = self.checkpoint
@@ -135,7 +142,7 @@ class PipelineRunner:
             p.processor,
             p.resolved_codec(),
             p.resolved_integrity(),
-            checkpoint=f"{self.checkpoint.rstrip('/')}/engine",
+            checkpoint=self.layout.engine_dir,
             sink=p.sink,
             dead_letter_sink=p.dead_letter,
         )
@@ -217,7 +224,7 @@ class PipelineRunner:
     def run(self) -> RunSummary:
         """Start the query, report progress, stop on signal or completion; return a summary."""
         self._check_checkpoint_writable()
-        layout = CheckpointLayout.of(self.checkpoint)
+        layout = self.layout
         self._log_file = layout.run_log_file(self.pipeline.name)
         given = self.pipeline.lease_duration
         duration = given.total_seconds() if given else DEFAULT_DURATION
@@ -280,7 +287,7 @@ class PipelineRunner:
         # A run that reads what is there now and ends refuses a pattern matching nothing.
         bounded = "processingTime" not in trigger
         source_notes = p.source.check(self._source_options(), bounded=bounded)
-        layout = CheckpointLayout.of(self.checkpoint)
+        layout = self.layout
         owner = layout.ensure_owner()
         self._check_identity(layout)
         p.sink.bind(owner)
@@ -327,7 +334,7 @@ class PipelineRunner:
         self._observers.on_start()
         query = (
             df.writeStream.foreachBatch(self._on_batch)
-            .option("checkpointLocation", f"{self.checkpoint.rstrip('/')}/spark")
+            .option("checkpointLocation", self.layout.spark_dir)
             .queryName(p.name)
             .trigger(**trigger)
             .start()
