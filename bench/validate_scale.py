@@ -9,8 +9,8 @@ log as Parquet, current and history tables as Delta) consumes them all. Then
 ``inorder validate`` runs ``--runs`` times in a fresh process each; with several ``--src``
 (source trees, e.g. a ``git worktree`` of an older commit: ``--src old/src --src src``) the
 trees alternate within each round, so every contender sees the same load. Per run: wall
-seconds, records/s (records validated / wall) and the peak resident memory of the whole
-validate process tree (sampled every 50 ms), and its exit status.
+seconds, records/s (records validated / wall), CPU seconds of the run and the peak resident
+memory of the whole validate process tree (sampled every 50 ms), and its exit status.
 
 ``--work DIR`` keeps the built pipeline in ``DIR`` and reuses it on the next run with the
 same ``DIR`` (the broker is then started on ``DIR``'s state, and must still hold the topics).
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -137,6 +138,8 @@ def validate_once(
         spy = str(Path(sys.executable).parent / "py-spy")
         argv = [spy, "record", "--format", "raw", "-r", "50", "-o", profile, "--", *argv]
     peak = 0
+    # CPU seconds of the run (waited-for children): steadier than the wall on a busy machine.
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     with open(work / "validate.err", "ab") as err:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=_env(src))
@@ -151,6 +154,8 @@ def validate_once(
             time.sleep(0.05)
         reader.join()
     wall = time.perf_counter() - started
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     # py-spy writes its own lines to the same standard output.
     text = b"\n".join(x for x in (out[0] or b"{}").splitlines() if not x.startswith(b"py-spy>"))
     doc = json.loads(text.strip() or b"{}")
@@ -162,6 +167,7 @@ def validate_once(
         "wall": wall,
         "records": records,
         "rate": records / wall if wall else 0.0,
+        "cpu": cpu,
         "peak_mb": peak / 2**20,
         "tables_ok": (doc.get("tables") or {}).get("ok"),
     }
@@ -212,7 +218,8 @@ def main() -> None:
                     results.append(res)
                     print(
                         f"round {r} {res['src']}: {res['wall']:.1f} s, {res['records']:,} "
-                        f"records, {res['rate']:,.0f} records/s, peak {res['peak_mb']:,.0f} MB, "
+                        f"records, {res['rate']:,.0f} records/s, {res['cpu']:.1f} CPU s, "
+                        f"peak {res['peak_mb']:,.0f} MB, "
                         f"exit {res['rc']} ok={res['ok']} tables_ok={res['tables_ok']}, "
                         f"load {os.getloadavg()[0]:.1f}",
                         flush=True,
@@ -233,12 +240,25 @@ def main() -> None:
                 f"{mine[0]['records']:,}",
                 f"{median([r['wall'] for r in mine]):.1f}",
                 f"{median([r['rate'] for r in mine]):,.0f}",
+                f"{median([r['cpu'] for r in mine]):.1f}",
+                f"{median([r['records'] / r['cpu'] for r in mine if r['cpu']]):,.0f}",
                 f"{median([r['peak_mb'] for r in mine]):,.0f}",
                 ", ".join(str(r["rc"]) for r in mine),
             ]
         )
     text = table(
-        ["source", "records", "wall s", "records/s", "peak RSS MB", "exit"], rows, (1, 2, 3, 4)
+        [
+            "source",
+            "records",
+            "wall s",
+            "records/s",
+            "CPU s",
+            "records/CPU s",
+            "peak RSS MB",
+            "exit",
+        ],
+        rows,
+        (1, 2, 3, 4, 5, 6),
     )
     print(text)
     if args.write_docs:

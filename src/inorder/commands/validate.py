@@ -69,6 +69,7 @@ def handle(args: argparse.Namespace) -> int:
     aside (the output matches its recomputation, but holds nothing for them)."""
     from inorder.ops.cliutil import parse_time_ms
     from inorder.ops.validate import validate
+    from inorder.ops.validate_progress import ProgressLine
     from inorder.pipeline.progress import SET_ASIDE_EXIT_CODE
     from inorder.records import TopicPartition
 
@@ -80,23 +81,31 @@ def handle(args: argparse.Namespace) -> int:
             return False
         return args.partition is None or tp.partition == args.partition
 
-    report = validate(
-        target,
-        from_offset=args.from_offset,
-        from_time_ms=from_time,
-        chunk_records=args.chunk_records,
-        only=only,
-    )
-    doc, lines, ok = report.to_json(), report.lines(), report.ok
-    if not args.skip_tables:
-        from inorder.sessions.tables_check import check_pipeline_tables
+    # A live line on a terminal only: the report on stdout stays the whole output.
+    progress = ProgressLine()
+    try:
+        report = validate(
+            target,
+            from_offset=args.from_offset,
+            from_time_ms=from_time,
+            chunk_records=args.chunk_records,
+            only=only,
+            progress=progress,
+        )
+        doc, lines, ok = report.to_json(), report.lines(), report.ok
+        tables = None
+        if not args.skip_tables and getattr(target.pipeline, "tables", None) is not None:
+            from inorder.sessions.tables_check import check_pipeline_tables
 
-        owner = (target.layout.read_info() or {}).get("id")
-        tables = check_pipeline_tables(target.pipeline, owner)
-        if tables is not None:
-            ok = ok and tables.ok
-            doc |= {"ok": ok, "tables": tables.to_json()}
-            lines += tables.lines()
+            progress.show("validate: checking the session tables against the change log")
+            owner = (target.layout.read_info() or {}).get("id")
+            tables = check_pipeline_tables(target.pipeline, owner)
+    finally:
+        progress.close()
+    if tables is not None:
+        ok = ok and tables.ok
+        doc |= {"ok": ok, "tables": tables.to_json()}
+        lines += tables.lines()
     print_report(args.json, doc, lambda: lines)
     if not ok:
         return 1

@@ -26,268 +26,25 @@ of records and its rows per side, plus the left-over rows (when the processor ha
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
-from inorder.ops.batchlog import BatchLog, load_batch_log
+from inorder.kafka.planning import Watermarks
+from inorder.ops.batchlog import BatchEntry, BatchLog, load_batch_log
 from inorder.ops.kafka_reads import offsets_for_time, partitions, watermarks
 from inorder.ops.output import OutputView
 from inorder.ops.recompute import DEFAULT_CHUNK_RECORDS, PartitionRecompute, plan_segments
 from inorder.ops.statefiles import load_partition_state, loadable_versions
 from inorder.ops.target import OpsTarget
+from inorder.ops.validate_compare import Comparer
+from inorder.ops.validate_progress import ProgressLine
+from inorder.ops.validate_report import PartitionDiff, ValidationReport
 from inorder.records import TopicPartition
 from inorder.sinks.base import StoredSink
 from inorder.state.entry import KeyEntry, PartitionMeta
 
-_SAMPLES = 5
-
-
-@dataclass
-class PartitionDiff:
-    """Validation result of one topic-partition."""
-
-    topic: str
-    partition: int
-    from_offset: int
-    to_offset: int | None
-    records: int = 0
-    expected_rows: int = 0
-    actual_rows: int = 0
-    missing: int = 0
-    extra: int = 0
-    different: int = 0
-    first_offset: int | None = None
-    exact_batches: bool = True
-    started_from_version: int | None = None
-    failed: str | None = None
-    samples: list[dict[str, Any]] = field(default_factory=list)
-    unchecked_from: int | None = None
-    """First offset of output rows whose records expired from Kafka (not checkable)."""
-    unchecked_to: int | None = None
-    """Kafka's log-start offset: records below it can no longer be recomputed."""
-    unchecked_rows: int = 0
-    set_aside: dict[str, int] = field(default_factory=dict)
-    """Records the integrity policy set aside, by rule (``ignored``: records of reset
-    sessions skipped until a new one): the output holds nothing for them, by design."""
-
-    @property
-    def checkable(self) -> bool:
-        """Whether every output row in the compared range could be recomputed."""
-        return self.unchecked_rows == 0
-
-    @property
-    def ok(self) -> bool:
-        """No discrepancy and no failure."""
-        return not (self.missing or self.extra or self.different or self.failed)
-
-    def line(self) -> str:
-        """One human line."""
-        where = f"{self.topic}[{self.partition}]"
-        span = f"offsets {self.from_offset}..{'' if self.to_offset is None else self.to_offset}"
-        unchecked = (
-            f"; {self.unchecked_rows:,} output rows of offsets {self.unchecked_from}.."
-            f"{self.unchecked_to} NOT CHECKABLE: records they depend on expired from Kafka"
-            if self.unchecked_rows
-            else ""
-        )
-        aside = (
-            "; set aside by the policy: "
-            + ", ".join(f"{rule}={n:,}" for rule, n in sorted(self.set_aside.items()))
-            if self.set_aside
-            else ""
-        )
-        if self.ok:
-            rows = f"{self.expected_rows:,} rows match ({self.records:,} records)"
-            status = "ASIDE" if self.set_aside else "OK   " if self.checkable else "NOCHK"
-            return f"{status} {where} {span}: {rows}{aside}{unchecked}"
-        text = (
-            f"DIFF  {where} {span}: first differing offset {self.first_offset}, "
-            f"missing {self.missing:,}, extra {self.extra:,}, different {self.different:,} "
-            f"(expected {self.expected_rows:,} rows, output has {self.actual_rows:,})"
-        )
-        if self.failed:
-            text += f"; recomputation stopped: {self.failed}"
-        return text + unchecked
-
-
-@dataclass
-class ValidationReport:
-    """Validation result of a pipeline."""
-
-    partitions: list[PartitionDiff] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """Whether every partition matches."""
-        return all(p.ok for p in self.partitions)
-
-    @property
-    def set_aside(self) -> int:
-        """Records the policy set aside over all partitions (their own class: not a
-        discrepancy between output and recomputation, but input the output does not hold)."""
-        return sum(sum(p.set_aside.values()) for p in self.partitions)
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "ok": self.ok,
-            "partitions": [
-                asdict(p) | {"ok": p.ok, "checkable": p.checkable} for p in self.partitions
-            ],
-            "checkable": all(p.checkable for p in self.partitions),
-            "notes": self.notes,
-            "set_aside": self.set_aside,
-            "totals": {
-                k: sum(getattr(p, k) for p in self.partitions)
-                for k in (
-                    "records",
-                    "expected_rows",
-                    "actual_rows",
-                    "missing",
-                    "extra",
-                    "different",
-                )
-            },
-        }
-
-    def lines(self) -> list[str]:
-        """Human-readable report."""
-        out = [p.line() for p in self.partitions]
-        bad = [p for p in self.partitions if not p.ok]
-        unchecked = [p for p in self.partitions if not p.checkable]
-        out.append(
-            f"{len(self.partitions)} partition(s) checked, "
-            + (
-                f"{len(bad)} with discrepancies"
-                if bad
-                else "the output matches its recomputation"
-                if self.set_aside
-                else "no discrepancy"
-            )
-            + (
-                f"; {len(unchecked)} with output rows not checkable (records expired from "
-                f"Kafka: {sum(p.unchecked_rows for p in unchecked):,} rows)"
-                if unchecked
-                else ""
-            )
-        )
-        aside = [p for p in self.partitions if p.set_aside]
-        if aside:
-            out.append(
-                f"{self.set_aside:,} record(s) in {len(aside)} partition(s) were set aside by the "
-                "integrity policy (see ASIDE lines): the output holds nothing for them, as the "
-                "policy decided; not lost in transit, but not in the output either"
-            )
-        out.extend(f"note: {n}" for n in self.notes)
-        return out
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
-
-
-class _Comparer:
-    """Accumulates the row-by-row comparison of one partition."""
-
-    def __init__(self, diff: PartitionDiff, keep_rows: bool) -> None:
-        self.diff = diff
-        self.keep_rows = keep_rows
-        self.exp_left: Counter[int] = Counter()
-        self.act_left: Counter[int] = Counter()
-        self.act_rows: Counter[tuple[int, Any]] = Counter()
-        self.columns: list[str] | None = None
-
-    def _rows(self, table: pa.Table | None) -> list[tuple[int, Any, dict[str, Any]]]:
-        if table is None or table.num_rows == 0:
-            return []
-        if self.columns is None:
-            self.columns = [c for c in table.column_names if c != "batch_id"]
-        cols = [c for c in self.columns if c in table.column_names]
-        out = []
-        for row in table.select(cols).to_pylist():
-            out.append((int(row["offset"]), _freeze(row), row))
-        return out
-
-    def _sample(self, kind: str, offset: int, row: dict[str, Any]) -> None:
-        if len(self.diff.samples) < _SAMPLES * 2:
-            self.diff.samples.append(
-                {"kind": kind, "offset": offset, "row": {k: _jsonable(v) for k, v in row.items()}}
-            )
-
-    def compare(self, expected: pa.Table | None, actual: pa.Table | None) -> None:
-        exp_rows = self._rows(expected)
-        self.columns = self.columns  # expected (when present) fixes the compared columns
-        act_rows = self._rows(actual)
-        self.diff.expected_rows += len(exp_rows)
-        self.diff.actual_rows += len(act_rows)
-        exp = Counter((o, f) for o, f, _ in exp_rows)
-        act = Counter((o, f) for o, f, _ in act_rows)
-        exp_only = exp - act
-        act_only = act - exp
-        if not exp_only and not act_only:
-            return
-        raw = {(o, f): r for o, f, r in exp_rows + act_rows}
-        for (offset, frozen), n in exp_only.items():
-            self.exp_left[offset] += n
-            self._sample("expected_only", offset, raw[(offset, frozen)])
-        for (offset, frozen), n in act_only.items():
-            self.act_left[offset] += n
-            if self.keep_rows:
-                self.act_rows[(offset, frozen)] += n
-            self._sample("output_only", offset, raw[(offset, frozen)])
-
-    def late(self, table: pa.Table | None, from_offset: int) -> None:
-        """Expected rows emitted after their offset's range was compared (timeouts)."""
-        for offset, frozen, row in self._rows(table):
-            if offset < from_offset:
-                continue
-            self.diff.expected_rows += 1
-            if self.act_rows[(offset, frozen)] > 0:
-                self.act_rows[(offset, frozen)] -= 1
-                self.act_left[offset] -= 1
-                self.diff.samples = [
-                    s
-                    for s in self.diff.samples
-                    if not (s["kind"] == "output_only" and s["offset"] == offset)
-                ]
-            else:
-                self.exp_left[offset] += 1
-                self._sample("expected_only", offset, row)
-
-    def finish(self) -> None:
-        d = self.diff
-        for offset in sorted(set(self.exp_left) | set(self.act_left)):
-            e, a = self.exp_left[offset], self.act_left[offset]
-            if not e and not a:
-                continue
-            both = min(e, a)
-            d.different += both
-            d.missing += e - both
-            d.extra += a - both
-            if d.first_offset is None:
-                d.first_offset = offset
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    return str(value)
+__all__ = ["PartitionDiff", "ValidationReport", "validate"]
 
 
 def _has_timeouts(target: OpsTarget) -> bool:
@@ -367,14 +124,21 @@ def _initial_offset(target: OpsTarget, tp: TopicPartition, low: int) -> int:
     return low
 
 
+def _end(last: BatchEntry | None, tp: TopicPartition, mark: Watermarks) -> int:
+    """Where ``tp`` is validated up to: the end of the output's last batch, else Kafka's end."""
+    return last.end.get(tp, mark.high) if last is not None else mark.high
+
+
 def validate(
     target: OpsTarget,
     from_offset: int | None = None,
     from_time_ms: int | None = None,
     chunk_records: int = DEFAULT_CHUNK_RECORDS,
     only: Callable[[TopicPartition], bool] | None = None,
+    progress: ProgressLine | None = None,
 ) -> ValidationReport:
-    """Recompute every partition of the pipeline and compare with the committed output."""
+    """Recompute every partition of the pipeline and compare with the committed output
+    (``progress``: told the offsets planned and the records checked, chunk by chunk)."""
     report = ValidationReport()
     log = load_batch_log(target.spark_dir, target.engine)
     sink = target.sink
@@ -406,6 +170,9 @@ def validate(
         starts = offsets_for_time(target.source_options, list(marks), from_time_ms)
     keep_rows = _has_timeouts(target)
     inexact: list[str] = []
+    if progress is not None:
+        for tp, wm in marks.items():
+            progress.plan(_end(last_entry, tp, wm) - wm.low)
     for tp in tps:
         mark = marks.get(tp)
         if mark is None:  # in the output only: every row there is extra
@@ -417,7 +184,7 @@ def validate(
             diff.failed = "topic-partition not found in Kafka"
             report.partitions.append(diff)
             continue
-        end = last_entry.end.get(tp, mark.high) if last_entry is not None else mark.high
+        end = _end(last_entry, tp, mark)
         compare_from = _initial_offset(target, tp, mark.low)
         if from_offset is not None:
             compare_from = max(compare_from, from_offset)
@@ -454,7 +221,7 @@ def validate(
         if not exact and keep_rows:
             inexact.append(str(tp))
         recompute = PartitionRecompute(target, tp, entries, meta, chunk_records)
-        comparer = _Comparer(diff, keep_rows)
+        comparer = Comparer(diff, keep_rows)
         for chunk in recompute.run(segments, apply_start):
             comparer.late(chunk.late, compare_from)
             lo = max(chunk.start, compare_from)
@@ -465,6 +232,8 @@ def validate(
             if expected is not None and lo > chunk.start:
                 expected = expected.filter(pc.greater_equal(expected.column("offset"), lo))
             comparer.compare(expected, output.read(tp, lo, hi))
+            if progress is not None:
+                progress.advance(chunk.records, str(tp))
         diff.records = recompute.records
         diff.set_aside = dict(recompute.violation_counts)
         if recompute.ignored:
