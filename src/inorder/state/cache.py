@@ -50,6 +50,11 @@ _WRITE_BUFFER_BYTES = 4 << 20
 #: Block cache shared by all caches of one process.
 _BLOCK_CACHE_BYTES = 32 << 20
 _shared_block_cache: tuple[int, Any] | None = None
+#: Unflushed writes of all caches of one process together: a worker keeps up to a thousand
+#: caches open (state/registry.py), and 2 x 4 MiB each would be gigabytes; past this limit
+#: RocksDB flushes the largest memtables to their files.
+_WRITE_BUFFERS_BYTES = 64 << 20
+_shared_write_buffers: tuple[int, Any] | None = None
 
 
 def _table_options() -> Any:
@@ -62,6 +67,16 @@ def _table_options() -> Any:
     table = BlockBasedOptions()
     table.set_block_cache(_shared_block_cache[1])
     return table
+
+
+def _write_buffer_manager() -> Any:
+    """The write buffer manager shared by this process's caches (made after a fork)."""
+    global _shared_write_buffers
+    from rocksdict import WriteBufferManager
+
+    if _shared_write_buffers is None or _shared_write_buffers[0] != os.getpid():
+        _shared_write_buffers = (os.getpid(), WriteBufferManager(_WRITE_BUFFERS_BYTES, False))
+    return _shared_write_buffers[1]
 
 
 class CacheBusy(Exception):
@@ -85,6 +100,7 @@ class LocalCache:
         # is 64 MiB each); read blocks: one LRU cache shared by the process's caches.
         options.set_write_buffer_size(_WRITE_BUFFER_BYTES)
         options.set_max_write_buffer_number(2)
+        options.set_write_buffer_manager(_write_buffer_manager())
         options.set_block_based_table_factory(_table_options())
         try:
             self._db: Any = Rdict(path, options)

@@ -157,9 +157,29 @@ class CacheRegistry:
 
     def _evict(self, keep_open: int) -> None:
         idle = [p for p, h in self._held.items() if not h.in_use]
-        excess = len(self._held) - max(keep_open, 0)
+        excess = len(self._held) - min(max(keep_open, 0), _fd_budget())
         for path in idle[: max(excess, 0)]:
             self._held.pop(path).close()
+
+
+#: File descriptors one open cache holds: RocksDB's lock, info log, WAL, manifest and table
+#: files (about 6, more after flushes) and the slot's lock and directory.
+_FDS_PER_CACHE = 10
+#: Descriptors left for everything else of the process (sockets, Parquet files, Kafka).
+_FDS_RESERVED = 512
+
+
+def _fd_budget() -> int:
+    """How many caches this process may keep open within its open file limit."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 32
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 30
+    return max((soft - _FDS_RESERVED) // _FDS_PER_CACHE, 0)
 
 
 def _slot_paths(base: str) -> list[str]:
