@@ -58,7 +58,15 @@ def _tree_bytes(path: str) -> tuple[int, int]:
 
 
 def run_once(
-    kind: str, tree: Path, *, bootstrap: str, prefix: str, tmp: str, total: int, max_offsets: int
+    kind: str,
+    tree: Path,
+    *,
+    bootstrap: str,
+    prefix: str,
+    tmp: str,
+    total: int,
+    max_offsets: int,
+    exclude: list[int],
 ) -> dict[str, Any]:
     """One ``inorder run`` over the topics ``prefix*``; what it cost."""
     work = f"{tmp}/{uuid.uuid4().hex[:8]}"
@@ -66,7 +74,12 @@ def run_once(
     env = dict(os.environ, PYTHONPATH=str(tree / "src"), TMPDIR=work)
     argv = [sys.executable, "-c", DRIVER]
     argv += common.sessions_run_args(bootstrap, prefix, max_offsets, work)
-    run = process_tree.run_tree(argv, env=env, cwd=work, stderr_path=f"{work}.stderr")
+    # Fixed batches: sized by duration, a slower contender would run more, smaller batches.
+    argv += ["--set", "source.target_batch_duration=off"]
+    # The broker (this process's child) is not part of the run's tree: it is left running.
+    run = process_tree.run_tree(
+        argv, env=env, cwd=work, stderr_path=f"{work}.stderr", exclude_pgids=exclude
+    )
     if run.returncode != 0:
         tail = Path(f"{work}.stderr").read_text(errors="replace")[-3000:]
         raise SystemExit(f"{kind} exited with {run.returncode}; stderr ends:\n{tail}")
@@ -99,6 +112,18 @@ def run_once(
     result["files"] = _tree_bytes(f"{work}/output")[0]
     result["checkpoint"] = _tree_bytes(f"{work}/checkpoint")[1]
     return result
+
+
+def _run_retrying(kind: str, tree: Path, **kwargs: Any) -> dict[str, Any]:
+    """:func:`run_once`, once more when the run's start-up check found no broker (on a
+    loaded machine the broker sometimes answers its metadata request after the 10 s wait)."""
+    try:
+        return run_once(kind, tree, **kwargs)
+    except SystemExit as exc:
+        if "no broker answered" not in str(exc):
+            raise
+        print(f"{kind}: no broker answered at start-up; once more", flush=True)
+        return run_once(kind, tree, **kwargs)
 
 
 def _line(n: int, r: dict[str, Any]) -> str:
@@ -170,6 +195,9 @@ def main() -> int:
     parser.add_argument(
         "--vs", metavar="CHECKOUT", action="append", default=[], help="also run this tree"
     )
+    parser.add_argument(
+        "--only-vs", action="store_true", help="run the --vs trees only, not this one"
+    )
     args = parser.parse_args()
     if args.quick:
         args.messages, args.max_offsets = 200_000, 50_000
@@ -178,7 +206,7 @@ def main() -> int:
     counts = [int(x) for x in args.partitions.split(",")]
     if any(n % 4 for n in counts):
         parser.error("--partitions: multiples of 4 (sites x 4 partitions)")
-    contenders: list[tuple[str, Path]] = [("inorder", ROOT)]
+    contenders: list[tuple[str, Path]] = [] if args.only_vs else [("inorder", ROOT)]
     for checkout in args.vs:
         other = Path(checkout).resolve()
         if not (other / "src" / "inorder").is_dir():
@@ -190,6 +218,8 @@ def main() -> int:
     loads = [os.getloadavg()]
     results: dict[tuple[int, str], list[dict[str, Any]]] = {}
     with common.workdir("inorder-partitions-") as tmp, common.broker(tmp) as bootstrap:
+        broker = process_tree.broker_pid(tmp, bootstrap)
+        exclude = [os.getpgid(broker)] if broker else []
         prefixes: dict[int, tuple[str, int]] = {}
         for n in counts:
             prefix = f"tp{n}-{uuid.uuid4().hex[:6]}-"
@@ -212,7 +242,7 @@ def main() -> int:
             for n in counts:
                 prefix, total = prefixes[n]
                 for kind, tree in contenders[shift:] + contenders[:shift]:
-                    r = run_once(
+                    r = _run_retrying(
                         kind,
                         tree,
                         bootstrap=bootstrap,
@@ -220,6 +250,7 @@ def main() -> int:
                         tmp=tmp,
                         total=total,
                         max_offsets=args.max_offsets,
+                        exclude=exclude,
                     )
                     results.setdefault((n, kind), []).append(r)
                     print(f"round {round_no + 1}: " + _line(n, r), flush=True)
