@@ -162,7 +162,7 @@ def inorder_run(
     bootstrap: str, prefix: str, tmp: str, total: int, max_offsets: int, master: str = "local[2]"
 ) -> dict[str, Any]:
     """One run of the inorder pipeline from a fresh checkpoint: rates and batch details."""
-    from inorder.pipeline.config import build_pipeline
+    from inorder.assemble import build_pipeline
     from inorder.pipeline.runner import PipelineRunner
 
     work = f"{tmp}/inorder-{uuid.uuid4().hex[:8]}"

@@ -39,7 +39,7 @@ def main() -> int:
     common.setup_env()
     import pyarrow.compute as pc
 
-    from inorder.pipeline.config import build_pipeline
+    from inorder.assemble import build_pipeline
     from inorder.pipeline.runner import PipelineRunner
     from inorder.sessions.rebuild import read_changes
 

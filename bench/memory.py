@@ -31,7 +31,7 @@ SECTION = "## Memory"
 def child(bootstrap: str, prefix: str, work: str, max_offsets: int) -> int:
     """Run the pipeline to the end of the backlog (inside the measured process)."""
     common.setup_env()
-    from inorder.pipeline.config import build_pipeline
+    from inorder.assemble import build_pipeline
 
     summary = build_pipeline(
         common.sessions_config(bootstrap, prefix, work, max_offsets=max_offsets)

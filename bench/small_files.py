@@ -236,7 +236,7 @@ def run_once(
     bootstrap: str, tmp: str, *, sites: int, compact: bool, fmt: str, args: argparse.Namespace
 ) -> Run:
     """One pipeline run over ``sites`` fresh topics; its measurements."""
-    from inorder.pipeline.config import build_pipeline
+    from inorder.assemble import build_pipeline
     from inorder.pipeline.runner import PipelineRunner
 
     run = Run(sites=sites, mode="on" if compact else "off", fmt=fmt)

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 from tests.fixtures.sessions_job import sessions_config
 
-from inorder.pipeline.config import build_pipeline
+from inorder.assemble import build_pipeline
 from inorder.sessions.rebuild import read_changes, rebuild_tables
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "debezium"

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from inorder.assemble import build_pipeline
 from inorder.commands.run import dump_toml
 from inorder.ops.inspect import format_inspect, inspect_all
 from inorder.ops.target import OpsTarget
 from inorder.pipeline.batch_history import read_history
-from inorder.pipeline.config import build_pipeline, load_toml, validate
+from inorder.pipeline.config import load_toml, validate
 from inorder.pipeline.progress import JsonReporter
 from inorder.pipeline.runner import PipelineRunner
 

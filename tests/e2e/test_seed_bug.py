@@ -21,9 +21,9 @@ from tests.fixtures.sessions_job import (
     verify_changes,
 )
 
+from inorder.assemble import build_pipeline
 from inorder.dev.simulator import simulate
 from inorder.dev.verify import verify_tables
-from inorder.pipeline.config import build_pipeline
 from inorder.sessions.rebuild import read_changes, rebuild_tables
 
 SCRIPT = Path(__file__).parents[2] / "examples" / "vanilla_seed_bug.py"

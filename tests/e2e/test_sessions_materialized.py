@@ -21,9 +21,9 @@ from tests.fixtures.sessions_job import (
 )
 from tests.integration.materialize_support import check_materializations
 
+from inorder.assemble import build_pipeline
 from inorder.dev.sim_model import SimulationConfig
 from inorder.dev.simulator import GroundTruth, simulate
-from inorder.pipeline.config import build_pipeline
 from inorder.sessions.materializer import read_materialized
 from inorder.sessions.rebuild import read_changes
 

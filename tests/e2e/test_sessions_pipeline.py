@@ -23,9 +23,9 @@ from tests.fixtures.sessions_job import (
     two_partition_simulation,
 )
 
+from inorder.assemble import build_pipeline
 from inorder.dev.sim_model import SimulationConfig
 from inorder.dev.simulator import simulate
-from inorder.pipeline.config import build_pipeline
 from inorder.pipeline.progress import BatchProgress
 from inorder.pipeline.runner import PipelineRunner
 from inorder.sessions.rebuild import read_changes

@@ -20,13 +20,13 @@ from confluent_kafka import Producer
 from tests.fixtures.sessions_job import small_simulation
 from tests.integration.test_validate import session_config
 
+from inorder.assemble import build_pipeline
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.ops.batchlog import load_batch_log
 from inorder.ops.inspect import state_sizes
 from inorder.ops.target import OpsTarget
 from inorder.pipeline.batch_history import BatchHistory
-from inorder.pipeline.config import build_pipeline
 from inorder.ui.app import create_app
 from inorder.ui.server import UiServer
 from inorder.ui.status import StatusSource

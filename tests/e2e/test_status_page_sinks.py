@@ -17,10 +17,11 @@ import pytest
 from confluent_kafka import Producer
 from tests.e2e.test_status_page import WAIT, _number, _shoot, _text, browser
 
+from inorder.assemble import build_pipeline
 from inorder.commands.run import dump_toml
 from inorder.ops.target import OpsTarget
 from inorder.pipeline.batch_history import read_history
-from inorder.pipeline.config import build_pipeline, validate
+from inorder.pipeline.config import validate
 from inorder.pipeline.progress import QuietReporter
 from inorder.pipeline.runner import PipelineRunner
 from inorder.ui.app import create_app

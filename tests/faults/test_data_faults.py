@@ -28,9 +28,9 @@ import msgspec
 import polars as pl
 import pytest
 
+from inorder.assemble import build_pipeline
 from inorder.commands.run import dump_toml
 from inorder.errors import ConfigError, InorderError
-from inorder.pipeline.config import build_pipeline
 from inorder.sessions.rebuild import read_changes
 from inorder.sinks.parquet import read_committed
 from tests.e2e.test_debezium_sessions import Event, produce, stream

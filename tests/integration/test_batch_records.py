@@ -9,11 +9,11 @@ from typing import Any
 import pyarrow.compute as pc
 import pytest
 
+from inorder.assemble import build_pipeline
 from inorder.dev.sim_model import FaultRates, SimulationConfig
 from inorder.dev.simulator import simulate
 from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate
-from inorder.pipeline.config import build_pipeline
 from inorder.pipeline.config import validate as validate_config
 from inorder.sinks.parquet import read_committed
 from inorder.state import checkpoint as ck

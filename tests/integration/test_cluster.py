@@ -45,7 +45,8 @@ from inorder.sessions.rebuild import read_changes
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-RUN_TIMEOUT = 600  # a safety net, not a speed bound: packing the environment alone takes minutes on a busy machine
+#: A safety net, not a speed bound: packing the environment alone takes minutes when busy.
+RUN_TIMEOUT = 600
 #: The simulated sites: two, of 15 sessions each, restarting every 150 messages of a session.
 SESSIONS = {"sites": 2, "sessions_per_site": 15, "rows_per_snapshot": 8, "restart_every": 150}
 

@@ -243,9 +243,9 @@ def test_sessions_pipeline_reads_framed_simulation_exactly(
         small_simulation,
     )
 
+    from inorder.assemble import build_pipeline
     from inorder.dev.sim_formats import framed_encoder
     from inorder.dev.simulator import simulate
-    from inorder.pipeline.config import build_pipeline
     from inorder.sessions.rebuild import read_changes
 
     prefix = f"framed-{fmt}-{uuid.uuid4().hex[:8]}-"

@@ -19,12 +19,12 @@ from tests.fixtures.sessions_job import (
     small_simulation,
 )
 
+from inorder.assemble import build_pipeline
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.ops.kafka_reads import watermarks
 from inorder.ops.repair import apply_repair, plan_repair, read_info
 from inorder.ops.target import OpsTarget
-from inorder.pipeline.config import build_pipeline
 from inorder.pipeline.runner import PipelineRunner
 from inorder.records import TopicPartition
 from inorder.sinks.base import ConsumedOffsets, SinkError, WrittenFile

@@ -21,13 +21,14 @@ from tests.fixtures.sessions_job import (
 )
 from tests.fixtures.sink_cases import assert_whole_batches, stage_batch
 
+from inorder.assemble import build_pipeline
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.errors import ConfigError
 from inorder.ops.output import OutputView
 from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate as validate_output
-from inorder.pipeline.config import build_pipeline, validate
+from inorder.pipeline.config import validate
 from inorder.records import TopicPartition
 from inorder.sinks.base import (
     ConsumedOffsets,

@@ -17,11 +17,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.test_validate import session_config, small_simulation
 
+from inorder.assemble import build_pipeline
 from inorder.dev.simulator import simulate
 from inorder.ops.metrics import MetricsExporter
 from inorder.ops.notify import Notifier, NotifySettings
 from inorder.ops.observer import run_observed
-from inorder.pipeline.config import build_pipeline
 from inorder.pipeline.progress import BatchProgress
 
 

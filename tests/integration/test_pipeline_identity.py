@@ -21,6 +21,7 @@ from confluent_kafka.cimpl import TopicPartition as KafkaTopicPartition
 from tests.e2e.cli_jobs import Halver
 from tests.integration.test_validate import cli, session_config, small_simulation
 
+from inorder.assemble import build_pipeline
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.errors import ConfigError
@@ -28,7 +29,6 @@ from inorder.integrity import Integrity
 from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
-from inorder.pipeline.config import build_pipeline
 from inorder.pipeline.identity import (
     PipelineIdentity,
     RecordedSettings,

@@ -19,6 +19,7 @@ from tests.fixtures.sessions_job import (
     small_simulation,
 )
 
+from inorder.assemble import build_pipeline
 from inorder.commands.run import dump_toml
 from inorder.dev.sim_model import SimulationConfig
 from inorder.dev.simulator import simulate
@@ -27,7 +28,6 @@ from inorder.ops.repair import apply_repair, plan_repair, read_info
 from inorder.ops.sessionspans import SpanTracker
 from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate
-from inorder.pipeline.config import build_pipeline
 from inorder.pipeline.runner import PipelineRunner
 from inorder.sessions.rebuild import read_changes
 

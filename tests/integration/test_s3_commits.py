@@ -193,8 +193,8 @@ def test_a_missing_bucket_is_an_error_not_an_empty_dataset(s3: S3Service) -> Non
 def test_an_s3_output_finds_the_dev_s3_server(
     s3: S3Service, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from inorder.assemble import make_sink
     from inorder.dev.endpoints import ENV_S3_ENDPOINT, ENV_STATE_DIR
-    from inorder.pipeline.config import _make_sink
 
     if s3.external:
         pytest.skip("the dev S3 server is not running: $INORDER_S3_ENDPOINT names the store")
@@ -217,11 +217,11 @@ def test_an_s3_output_finds_the_dev_s3_server(
         "target_file_size": 128 * 1024 * 1024,
         "storage_options": {},
     }
-    sink = _make_sink(spec)
+    sink = make_sink(spec)
     check_writable(sfs.resolve(sink.path, sink.storage_options))
 
     # Another bucket is not the dev server's: it is left to the AWS defaults.
-    other = _make_sink({**spec, "path": "s3://some-aws-bucket/out"})
+    other = make_sink({**spec, "path": "s3://some-aws-bucket/out"})
     assert not other.storage_options
 
 

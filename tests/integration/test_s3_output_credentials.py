@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 from tests.fixtures.services import S3Service
 from tests.fixtures.sink_cases import stage_batch
 
+from inorder.assemble import make_sink
 from inorder.dev.endpoints import (
     ENV_ACCESS_KEY,
     ENV_S3_ENDPOINT,
@@ -29,7 +30,6 @@ from inorder.dev.endpoints import (
     SERVICES_FILE,
 )
 from inorder.errors import ConfigError
-from inorder.pipeline.config import _make_sink
 from inorder.storage import s3_objects
 
 #: A key pair the S3 server does not know.
@@ -71,7 +71,7 @@ def _delta_spec(path: str, storage_options: dict[str, str] | None = None) -> dic
 
 def _write_and_read_back(s3: S3Service, spec: dict[str, Any]) -> int:
     """Commit one batch through the sink the pipeline file builds; rows read back."""
-    sink = _make_sink(spec)
+    sink = make_sink(spec)
     sink.check(SCHEMA)
     assert sink.commit(0, stage_batch(sink, 0, ROWS)) is True
     return (
@@ -112,11 +112,11 @@ def test_half_a_key_pair_is_refused_naming_the_missing_half(
     monkeypatch.setenv(ENV_ACCESS_KEY, s3.access_key_id)
     monkeypatch.delenv(ENV_SECRET_KEY, raising=False)
     with pytest.raises(ConfigError) as refused:
-        _make_sink(_delta_spec(s3.new_prefix()))
+        make_sink(_delta_spec(s3.new_prefix()))
     assert str(refused.value) == (
         f"AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not: set both to use that key "
         f"pair for {s3.endpoint_url}, or unset it to use the dev server's own"
     )
     monkeypatch.delenv(ENV_ACCESS_KEY)
     with pytest.raises(ConfigError, match="go together"):
-        _make_sink(_delta_spec(s3.new_prefix(), {"access_key_id": s3.access_key_id}))
+        make_sink(_delta_spec(s3.new_prefix(), {"access_key_id": s3.access_key_id}))

@@ -26,9 +26,10 @@ import pytest
 from tests.fixtures.sessions_job import duplicate_change_rows, sessions_config
 from tests.integration.test_materializer import SCHEMA, ChangeLog, commit
 
+from inorder.assemble import build_pipeline
 from inorder.dev.simulator import simulate
 from inorder.errors import ConfigError, InorderError
-from inorder.pipeline.config import build_pipeline, validate
+from inorder.pipeline.config import validate
 from inorder.sessions import SessionTables, rebuild_tables
 from inorder.sessions.rebuild import read_changes
 from inorder.sessions.tables_delta import (

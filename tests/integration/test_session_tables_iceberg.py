@@ -30,9 +30,10 @@ from tests.integration.test_session_tables import (
     polars_as_of,
 )
 
+from inorder.assemble import build_pipeline
 from inorder.dev.simulator import simulate
 from inorder.errors import ConfigError, InorderError
-from inorder.pipeline.config import build_pipeline, validate
+from inorder.pipeline.config import validate
 from inorder.sessions import SessionTables, rebuild_tables
 from inorder.sessions.rebuild import read_changes
 from inorder.sessions.tables_check import check_tables_against_change_log

@@ -15,11 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 from tests.fixtures.sessions_job import TWO_LOCAL_CORES, sessions_config, small_simulation
 
+from inorder.assemble import build_pipeline
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import SimulationResult, simulate
 from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate
-from inorder.pipeline.config import build_pipeline
 from inorder.sinks.parquet import committed_files
 
 

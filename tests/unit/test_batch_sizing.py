@@ -103,8 +103,9 @@ def test_the_source_plans_the_sized_batch_under_the_hard_cap(
 
 def test_pipelines_read_a_backlog_in_bounded_batches_by_default() -> None:
     # A backlog read as one batch gave no progress, commit or stop bound until its end.
+    from inorder.assemble import make_source
     from inorder.kafka.api import DEFAULT_TARGET_BATCH_DURATION, KafkaSource
-    from inorder.pipeline.config import _make_source, validate
+    from inorder.pipeline.config import validate
 
     def target(**given: object) -> str | None:
         return (
@@ -126,11 +127,11 @@ def test_pipelines_read_a_backlog_in_bounded_batches_by_default() -> None:
         "sink": {"path": "/x"},
     }
     config = validate(base)
-    assert _make_source(config["source"]).to_options()["inorder.targetBatchDuration"] == (
+    assert make_source(config["source"]).to_options()["inorder.targetBatchDuration"] == (
         "20 seconds"
     )
     off = validate({**base, "source": {**base["source"], "target_batch_duration": "off"}})
-    assert "inorder.targetBatchDuration" not in _make_source(off["source"]).to_options()
+    assert "inorder.targetBatchDuration" not in make_source(off["source"]).to_options()
     # Parsed by the source as any duration.
     assert parse_options(
         {**BASE, "inorder.targetBatchDuration": "20 seconds"}

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from inorder.assemble import build_pipeline
 from inorder.errors import ConfigError
 from inorder.kafka.api import KafkaSource
-from inorder.pipeline.config import build_pipeline, validate
+from inorder.pipeline.config import validate
 from inorder.pipeline.pipeline import Pipeline
 from inorder.sessions import SessionTables
 from inorder.sessions.materializer import check_materialization, pipeline_materializer

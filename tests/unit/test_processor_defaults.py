@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from inorder import Integrity, Pipeline, Processor
+from inorder.assemble import build_pipeline
 from inorder.codecs.raw import RawCodec
 from inorder.errors import ConfigError
-from inorder.pipeline.config import build_pipeline, validate
+from inorder.pipeline.config import validate
 from inorder.processor import Context, processor_types
 from inorder.sinks.parquet import ParquetSink
 

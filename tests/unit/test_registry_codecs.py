@@ -311,7 +311,8 @@ def test_avro_schema_file_reads_plain_avro_binary(tmp_path: Path) -> None:
 
 
 def test_pipeline_file_codec_section(tmp_path: Path) -> None:
-    from inorder.pipeline.config import _make_codec, validate
+    from inorder.assemble import make_codec
+    from inorder.pipeline.config import validate
     from inorder.sessions.processor import SessionTables
 
     (tmp_path / "v2.avsc").write_text(json.dumps(V2))
@@ -327,11 +328,11 @@ def test_pipeline_file_codec_section(tmp_path: Path) -> None:
             },
         }
     )
-    codec = _make_codec(config, SessionTables())
+    codec = make_codec(config, SessionTables())
     assert isinstance(codec, AvroCodec) and isinstance(codec.via, SessionCodec)
     config["codec"] = {**config["codec"], "type": "json"}
     with pytest.raises(ConfigError, match=r"codec.registry_url applies to codec.type avro"):
-        _make_codec(config, SessionTables())
+        make_codec(config, SessionTables())
     config["codec"] = {**config["codec"], "type": "protobuf", "registry_url": ""}
     with pytest.raises(ConfigError, match=r"codec.reader_schema applies to codec.type = 'avro'"):
-        _make_codec(config, SessionTables())
+        make_codec(config, SessionTables())

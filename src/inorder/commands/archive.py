@@ -43,7 +43,7 @@ _ARCHIVE_KEYS: dict[str, type | tuple[type, ...]] = {
 
 def _archive_from_config(data: dict[str, Any], origin: str) -> Any:
     from inorder.archive import Archive
-    from inorder.pipeline.config import _make_source
+    from inorder.assemble import make_source
     from inorder.pipeline.settings import SECTIONS
 
     for section in data:
@@ -72,7 +72,7 @@ def _archive_from_config(data: dict[str, Any], origin: str) -> Any:
     if bool(resolved["source"]["topic_pattern"]) == bool(resolved["source"]["topics"]):
         raise ConfigError(f"{origin}: set exactly one of source.topic_pattern and source.topics")
     return Archive(
-        source=_make_source(resolved["source"]),
+        source=make_source(resolved["source"]),
         path=spec["path"],
         checkpoint=spec["checkpoint"],
         trigger=spec.get("trigger", "1 minute"),

@@ -92,7 +92,8 @@ def handle(args: argparse.Namespace) -> int:
     A run whose integrity policy set data aside (dead-lettered, reset or ignored records)
     exits with ``pipeline.set_aside_exit_code`` (3 by default).
     """
-    from inorder.pipeline.config import load_pipeline, load_toml, validate
+    from inorder.assemble import load_pipeline
+    from inorder.pipeline.config import load_toml, validate
 
     overrides = _overrides(args)
     is_toml = args.pipeline.endswith(".toml")
@@ -113,7 +114,7 @@ def handle(args: argparse.Namespace) -> int:
             if section not in config:
                 raise ConfigError(f"--set: unknown section {section!r}")
             config[section][key] = value
-        from inorder.pipeline.config import build_pipeline
+        from inorder.assemble import build_pipeline
 
         config = validate(config, origin=args.pipeline)
         early = _start_session(config)  # first: what follows imports for about a second

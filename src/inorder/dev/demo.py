@@ -70,12 +70,13 @@ def _ensure_broker(state_dir: Path) -> tuple[str, bool]:
 
 def run_demo(settings: DemoSettings) -> bool:
     """Run the demo, print its summary; True when the output matches the ground truth."""
+    from inorder.assemble import build_pipeline
     from inorder.dev import services
     from inorder.dev.endpoints import resolve_state_dir
     from inorder.dev.sim_config import FaultRates, SimulationConfig
     from inorder.dev.simulator import simulate
     from inorder.dev.verify import verify_tables
-    from inorder.pipeline.config import build_pipeline, load_toml
+    from inorder.pipeline.config import load_toml
     from inorder.sessions.rebuild import read_changes, rebuild_tables
 
     state_dir = resolve_state_dir(settings.state_dir)

@@ -43,7 +43,7 @@ class OpsTarget:
         A TOML pipeline gets the ``--set`` overrides its last run recorded in the checkpoint
         (``overrides`` given here win), so the tools judge the output that run wrote.
         """
-        from inorder.pipeline.config import load_pipeline
+        from inorder.assemble import load_pipeline
 
         given = dict(overrides or {})
         pipeline = load_pipeline(reference, given)
