@@ -1,7 +1,8 @@
 """Pipeline files (TOML) parsed and validated into settings before anything runs.
 
-Building a pipeline from the settings is :mod:`inorder.assemble`'s job. Every problem is reported as one :class:`~inorder.errors.ConfigError` line naming the section
-and key (with a did-you-mean for unknown keys), before Spark or Kafka are touched.
+Building a pipeline from the settings is :mod:`inorder.assemble`'s job. Every problem is
+reported as one :class:`~inorder.errors.ConfigError` line naming the section and key (with a
+did-you-mean for unknown keys), before Spark or Kafka are touched.
 """
 
 from __future__ import annotations
