@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from inorder.sinks.base import ConsumedOffsets
+from inorder.sinks.proof import consumed_ranges
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -111,22 +112,9 @@ def input_ranges(
     was rewound below it (a repair that deleted no row of the partition). A partition
     that has consumed nothing yet is left out: it covers no offset.
     """
-    merged: dict[str, tuple[int | None, int]] = {}
-    for c in consumed:
-        name = f"{c.topic}/{c.partition}"
-        first, last = merged.get(name, (None, -1))
-        firsts = [f for f in (first, c.first_offset) if f is not None]
-        merged[name] = (min(firsts) if firsts else None, max(last, c.last_offset))
-    merged = {name: v for name, v in merged.items() if v[1] >= 0}
-    previous = _positions(table, app_id, set(merged))
-    out: dict[str, list[int]] = {}
-    for name, (first, last) in sorted(merged.items()):
-        end = last + 1
-        start = previous.get(name, first if first is not None else end)
-        if first is not None:
-            start = min(start, first)
-        out[name] = [min(start, end), end]
-    return out
+    batch = list(consumed)
+    names = {f"{c.topic}/{c.partition}" for c in batch if c.last_offset >= 0}
+    return consumed_ranges(batch, _positions(table, app_id, names))
 
 
 def repair_summary(app_id: str, starts: Mapping[tuple[str, int], int]) -> dict[str, str]:
