@@ -32,7 +32,7 @@ def broker(tmp: str) -> Iterator[str]:
         yield bootstrap
         return
     from inorder.dev import services
-    from inorder.dev.endpoints import kafka_bootstrap_servers
+    from inorder.endpoints import kafka_bootstrap_servers
 
     state_dir = Path(tmp) / "kafka"
     state_dir.mkdir(parents=True, exist_ok=True)

@@ -81,7 +81,7 @@ def set_child_subreaper() -> bool:
 
 def broker_pid(tmp: str, bootstrap: str) -> int | None:
     """The pid of the broker :func:`broker` started in ``tmp`` (else the one on its port)."""
-    from inorder.dev.endpoints import read_services_file
+    from inorder.endpoints import read_services_file
 
     with contextlib.suppress(Exception):
         entry = read_services_file(Path(tmp) / "kafka").get("kafka")

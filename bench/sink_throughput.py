@@ -156,7 +156,7 @@ def bench(
 def start_s3(state_dir: Path) -> dict[str, str]:
     """S3 settings: ``$INORDER_S3_ENDPOINT`` if set, else a SeaweedFS started here."""
     from inorder.dev import services
-    from inorder.dev.endpoints import ENV_S3_ENDPOINT, s3_settings
+    from inorder.endpoints import ENV_S3_ENDPOINT, s3_settings
 
     if not os.environ.get(ENV_S3_ENDPOINT, "").strip():
         services.up(state_dir, s3_port=0, only=["s3"], credentials=services.generate_credentials())

@@ -139,7 +139,7 @@ def main() -> int:
         state_dir = None
         if not bootstrap:
             from inorder.dev import services
-            from inorder.dev.endpoints import kafka_bootstrap_servers
+            from inorder.endpoints import kafka_bootstrap_servers
 
             state_dir = Path(tmp) / "kafka"
             state_dir.mkdir()

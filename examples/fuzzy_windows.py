@@ -126,7 +126,7 @@ class MinuteWindows(Processor[Reading, OpenMinute, MinuteStats]):
 
 def _pipeline() -> object:
     from inorder import KafkaSource, ParquetSink, Pipeline
-    from inorder.dev.endpoints import kafka_bootstrap_servers
+    from inorder.endpoints import kafka_bootstrap_servers
 
     base = os.environ.get("INORDER_EXAMPLE_DIR", ".inorder/fuzzy-windows")
     return Pipeline(

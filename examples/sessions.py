@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from inorder import Integrity, KafkaSource, ParquetSink, Pipeline, SessionTables
-from inorder.dev.endpoints import kafka_bootstrap_servers
+from inorder.endpoints import kafka_bootstrap_servers
 
 
 def pipeline() -> Pipeline[Any, Any, Any]:

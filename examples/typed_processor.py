@@ -22,7 +22,7 @@ from datetime import datetime
 
 from inorder import KafkaSource, ParquetSink, Pipeline
 from inorder.codecs import JsonCodec
-from inorder.dev.endpoints import kafka_bootstrap_servers
+from inorder.endpoints import kafka_bootstrap_servers
 from inorder.processor import Context, Processor
 from inorder.schema import RowEncoder, output_schema
 from inorder.state.codec import StateCodec

@@ -152,7 +152,7 @@ SINK_TYPES: dict[str, Callable[[Mapping[str, Any], dict[str, str] | None], Sink]
 
 def make_sink(spec: Mapping[str, Any]) -> Sink:
     """A sink from a ``[sink]``-shaped section (also the dead-letter and materialized ones)."""
-    from inorder.dev.endpoints import output_storage_options
+    from inorder.endpoints import output_storage_options
 
     # An s3:// output in the bucket of `inorder dev up` (or $INORDER_S3_ENDPOINT) finds that
     # store as the source finds the dev broker; anything else is used as given.
@@ -165,7 +165,7 @@ def make_source(spec: Mapping[str, Any]) -> KafkaSource:
     """The ``[source]`` section's source (no bootstrap servers: the dev broker's)."""
     bootstrap = spec["bootstrap_servers"]
     if not bootstrap:
-        from inorder.dev.endpoints import kafka_bootstrap_servers
+        from inorder.endpoints import kafka_bootstrap_servers
 
         bootstrap = kafka_bootstrap_servers()
     return KafkaSource(
@@ -253,7 +253,7 @@ def make_tables(config: Config, processor: Any) -> TableOutputs | None:
     spec = config["tables"]
     if not spec["current"] and not spec["history"]:
         return None
-    from inorder.dev.endpoints import output_storage_options
+    from inorder.endpoints import output_storage_options
     from inorder.sessions.tables_writer import TableOutputs, check_tables
 
     given = spec["storage_options"] or config["sink"]["storage_options"]

@@ -33,6 +33,8 @@ from typing import (
     get_origin,
 )
 
+from inorder.records import Header as Header
+
 if TYPE_CHECKING:
     from inorder.codecs.base import Codec
     from inorder.integrity import Integrity
@@ -40,8 +42,6 @@ if TYPE_CHECKING:
 Msg = TypeVar("Msg")
 State = TypeVar("State")
 Out = TypeVar("Out")
-
-Header = tuple[str, bytes | None]
 
 
 class Context(Protocol):

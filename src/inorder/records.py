@@ -14,7 +14,9 @@ from typing import Any
 import pyarrow as pa
 
 from inorder.ddl import arrow_ddl
-from inorder.processor import Header
+
+#: One Kafka record header: ``(key, value)``; the value may be null.
+Header = tuple[str, bytes | None]
 
 #: One record of a topic-partition as the engine applies it:
 #: ``(offset, kafka_key, value, timestamp_us, headers)``.

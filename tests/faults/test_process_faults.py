@@ -32,8 +32,8 @@ import pytest
 
 from inorder.commands.run import dump_toml
 from inorder.dev import services
-from inorder.dev.endpoints import kafka_bootstrap_servers
 from inorder.dev.simulator import GroundTruth, simulate
+from inorder.endpoints import kafka_bootstrap_servers
 from inorder.sessions import SessionTables
 from inorder.sessions.rebuild import read_changes
 from tests.faults.conftest import MatrixRecorder

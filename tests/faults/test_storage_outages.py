@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inorder.pipeline.checkpoint_layout import ENGINE_DIR, RUN_LOG_FILE, SPARK_DIR
 
 from inorder.commands.run import dump_toml
 from inorder.dev import servers, services
-from inorder.dev.endpoints import S3Settings, kafka_bootstrap_servers, read_services_file
 from inorder.dev.simulator import GroundTruth, simulate
-from inorder.pipeline.checkpoint_layout import ENGINE_DIR, RUN_LOG_FILE, SPARK_DIR
+from inorder.endpoints import S3Settings, kafka_bootstrap_servers, read_services_file
 from inorder.sessions import SessionTables
 from inorder.sessions.rebuild import read_changes
 from tests.faults.conftest import MatrixRecorder

@@ -22,10 +22,10 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2
 
-from inorder import cli
+from inorder import cli, endpoints
 from inorder.codecs import AvroCodec, JsonSchemaCodec, ProtobufCodec, SchemaRegistry
 from inorder.codecs.protobuf import message_class
-from inorder.dev import endpoints, processes, services
+from inorder.dev import processes, services
 from inorder.dev.registry_server import make_server
 from inorder.dev.registry_store import RegistryStore
 from inorder.dev.sim_formats import session_message_class

@@ -194,7 +194,7 @@ def test_an_s3_output_finds_the_dev_s3_server(
     s3: S3Service, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from inorder.assemble import make_sink
-    from inorder.dev.endpoints import ENV_S3_ENDPOINT, ENV_STATE_DIR
+    from inorder.endpoints import ENV_S3_ENDPOINT, ENV_STATE_DIR
 
     if s3.external:
         pytest.skip("the dev S3 server is not running: $INORDER_S3_ENDPOINT names the store")

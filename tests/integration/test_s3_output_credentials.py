@@ -22,7 +22,7 @@ from tests.fixtures.services import S3Service
 from tests.fixtures.sink_cases import stage_batch
 
 from inorder.assemble import make_sink
-from inorder.dev.endpoints import (
+from inorder.endpoints import (
     ENV_ACCESS_KEY,
     ENV_S3_ENDPOINT,
     ENV_SECRET_KEY,

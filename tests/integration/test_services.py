@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from tests.fixtures.services import KafkaService, S3Service
 
-from inorder import cli
-from inorder.dev import endpoints, processes, services
+from inorder import cli, endpoints
+from inorder.dev import processes, services
 from inorder.errors import ConfigError
 from inorder.storage import s3_objects
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from inorder.dev.demo import query_command
+from inorder.demo import query_command
 from inorder.sinks.parquet import ParquetSink
 
 SCHEMA = pa.schema([("topic", pa.string()), ("op", pa.string()), ("offset", pa.int64())])

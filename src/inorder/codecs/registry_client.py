@@ -81,7 +81,7 @@ def safe_url(url: str) -> str:
 
 def _dev_registry_url() -> str:
     """The running ``inorder dev up`` registry's URL, ``""`` if there is none."""
-    from inorder.dev.endpoints import schema_registry_url
+    from inorder.endpoints import schema_registry_url
 
     try:
         return schema_registry_url()

@@ -104,6 +104,6 @@ def bootstrap_servers(given: str | None) -> str:
     (``$INORDER_KAFKA_BOOTSTRAP_SERVERS``, else the ``inorder dev up`` broker)."""
     if given:
         return given
-    from inorder.dev.endpoints import kafka_bootstrap_servers
+    from inorder.endpoints import kafka_bootstrap_servers
 
     return kafka_bootstrap_servers()

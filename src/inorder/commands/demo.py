@@ -56,7 +56,7 @@ def register(subparsers: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Run the demo; 0 when the output matches the ground truth."""
-    from inorder.dev.demo import DemoSettings, run_demo
+    from inorder.demo import DemoSettings, run_demo
 
     settings = DemoSettings(
         base_dir=Path(args.dir),

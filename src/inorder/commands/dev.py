@@ -10,7 +10,7 @@ from typing import Any
 
 from inorder.commands.common import add_command, add_command_group, add_state_dir_option
 from inorder.dev import services
-from inorder.dev.endpoints import (
+from inorder.endpoints import (
     ENV_KAFKA,
     ENV_S3_ENDPOINT,
     ENV_SCHEMA_REGISTRY,

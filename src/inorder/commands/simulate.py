@@ -150,8 +150,8 @@ def _progress(records: int, elapsed: float) -> None:
 
 def _encoder(args: argparse.Namespace) -> Any:
     """The registry-framing encoder ``--format`` asks for (``None`` for JSON)."""
-    from inorder.dev.endpoints import schema_registry_url
     from inorder.dev.sim_formats import framed_encoder
+    from inorder.endpoints import schema_registry_url
 
     if args.format == "json":
         if args.registry_url:

@@ -1,8 +1,9 @@
 """Local processes and ports of the dev services: spawn, identify, stop; find free ports.
 
 A process is identified by pid *and* kernel start time, so a recycled pid is never signalled.
-Kept apart from the services themselves so that reading the services file (``endpoints``)
-can check a recorded process without importing the code that starts servers.
+Telling whether a recorded process still runs lives below, in :mod:`inorder.pids`, so that
+finding a service (:mod:`inorder.endpoints`) does not import the code that starts servers;
+its names are re-exported here.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from collections.abc import Collection
 from pathlib import Path
 
 from inorder.errors import InorderError
+from inorder.pids import exit_code as exit_code
+from inorder.pids import keep_child, proc_stat
+from inorder.pids import process_alive as process_alive
+from inorder.pids import process_start_time as process_start_time
+from inorder.pids import reap as reap
 
 HOST = "127.0.0.1"
 STOP_TIMEOUT = 20.0
-
-# Popen objects of servers started by this process, kept so they can be reaped (a zombie
-# would still look alive to kill(pid, 0)) and so no ResourceWarning fires while they run.
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-_EXIT_CODES: dict[int, int] = {}
 
 
 class DevServiceError(InorderError):
@@ -33,54 +34,6 @@ class DevServiceError(InorderError):
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Fields after the command name, which is in parentheses and may contain spaces.
-    return raw[raw.rfind(")") + 2 :].split()
-
-
-def process_start_time(pid: int) -> str | None:
-    """The kernel start time of ``pid`` (clock ticks since boot), ``None`` if unknown."""
-    fields = _proc_stat(pid)
-    return fields[19] if fields and len(fields) > 19 else None
-
-
-def reap(pid: int) -> None:
-    """Collect ``pid`` if this process started it and it has exited (no zombie is left)."""
-    proc = _CHILDREN.get(pid)
-    if proc is not None and proc.poll() is not None:
-        _EXIT_CODES[pid] = proc.returncode
-        del _CHILDREN[pid]
-
-
-def exit_code(pid: int) -> int | None:
-    """The exit code of a child this process started, ``None`` while it runs or if unknown."""
-    proc = _CHILDREN.get(pid)
-    return _EXIT_CODES.get(pid) if proc is None else proc.poll()
-
-
-def process_alive(pid: int, start_time: str | None = None) -> bool:
-    """True if ``pid`` runs, is not a zombie and (if given) started at ``start_time``."""
-    reap(pid)
-    fields = _proc_stat(pid)
-    if fields is None:
-        if Path("/proc/self/stat").exists():
-            return False
-        try:  # no procfs: best effort
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    if fields[0] in ("Z", "X"):
-        return False
-    return start_time is None or fields[19] == start_time
 
 
 def stop_process(pid: int, start_time: str | None, timeout: float = STOP_TIMEOUT) -> bool:
@@ -117,7 +70,7 @@ def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes of process group ``pgid`` (Linux /proc; else ``[]``)."""
     members = []
     for entry in Path("/proc").glob("[0-9]*"):
-        fields = _proc_stat(int(entry.name))
+        fields = proc_stat(int(entry.name))
         # fields: state, ppid, pgrp, ...
         if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in "ZX":
             members.append(int(entry.name))
@@ -170,7 +123,7 @@ def spawn(
             close_fds=True,
             preexec_fn=preexec,
         )
-    _CHILDREN[proc.pid] = proc
+    keep_child(proc)
     return proc.pid, process_start_time(proc.pid)
 
 

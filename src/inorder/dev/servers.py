@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from inorder.dev.endpoints import DEFAULT_BUCKET, DEFAULT_REGION, S3Settings
 from inorder.dev.processes import (
     HOST,
     DevServiceError,
@@ -34,6 +33,7 @@ from inorder.dev.processes import (
     stop_process,
     tcp_open,
 )
+from inorder.endpoints import DEFAULT_BUCKET, DEFAULT_REGION, S3Settings
 
 KAFKA_START_TIMEOUT = 20.0
 S3_START_TIMEOUT = 60.0

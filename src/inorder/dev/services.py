@@ -28,12 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inorder.dev.endpoints import (
-    DEFAULT_BUCKET,
-    DEFAULT_REGION,
-    SERVICES_FILE,
-    read_services_file,
-)
 from inorder.dev.processes import (
     HOST,
     DevServiceError,
@@ -52,6 +46,12 @@ from inorder.dev.servers import (
     start_registry,
     start_s3,
     write_private,
+)
+from inorder.endpoints import (
+    DEFAULT_BUCKET,
+    DEFAULT_REGION,
+    SERVICES_FILE,
+    read_services_file,
 )
 
 __all__ = [

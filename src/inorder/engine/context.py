@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from inorder.processor import Header
+from inorder.records import Header
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from inorder.errors import InorderError
 
 #: The session pipeline the demo runs (shipped in the package; examples/sessions.toml links to it).
-EXAMPLE_PIPELINE = Path(__file__).with_name("sessions.toml")
+EXAMPLE_PIPELINE = Path(__file__).parent / "dev" / "sessions.toml"
 
 
 @dataclass
@@ -54,7 +54,7 @@ def _say(text: str) -> None:
 def _ensure_broker(state_dir: Path) -> tuple[str, bool]:
     """Bootstrap servers of a running broker (env, dev services, or one started now)."""
     from inorder.dev import services
-    from inorder.dev.endpoints import ENV_KAFKA, kafka_bootstrap_servers
+    from inorder.endpoints import ENV_KAFKA, kafka_bootstrap_servers
 
     if os.environ.get(ENV_KAFKA, "").strip():
         return kafka_bootstrap_servers(), False
@@ -72,10 +72,10 @@ def run_demo(settings: DemoSettings) -> bool:
     """Run the demo, print its summary; True when the output matches the ground truth."""
     from inorder.assemble import build_pipeline
     from inorder.dev import services
-    from inorder.dev.endpoints import resolve_state_dir
     from inorder.dev.sim_config import FaultRates, SimulationConfig
     from inorder.dev.simulator import simulate
     from inorder.dev.verify import verify_tables
+    from inorder.endpoints import resolve_state_dir
     from inorder.pipeline.config import load_toml
     from inorder.sessions.rebuild import read_changes, rebuild_tables
 
