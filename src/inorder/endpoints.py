@@ -152,14 +152,34 @@ def _running_entry(state_dir: Path, name: str) -> dict[str, Any] | None:
     return entry
 
 
+def _not_configured(what: str, name: str, env: str, state_dir: Path) -> ConfigError:
+    """The error for a service found neither in the environment nor in ``state_dir``.
+
+    Names the state directory that was searched and whether it records a stopped service:
+    a user whose services run under another ``--state-dir`` must not be sent to start a
+    second, empty broker beside them.
+    """
+    entry = read_services_file(state_dir).get(name)
+    services = state_dir / SERVICES_FILE
+    if isinstance(entry, dict) and entry.get("pid"):
+        found = f"the {name} service recorded in {services} (pid {entry['pid']}) is not running"
+    else:
+        found = f"no {name} service is recorded in {services}"
+    return ConfigError(
+        f"no {what} configured: {found}; run `inorder dev up` (with the --state-dir the "
+        f"services were started with, or {ENV_STATE_DIR} set to it) or set {env}"
+    )
+
+
 def kafka_bootstrap_servers(state_dir: str | os.PathLike[str] | None = None) -> str:
     """Bootstrap servers: ``$INORDER_KAFKA_BOOTSTRAP_SERVERS``, else the running dev broker."""
     env = os.environ.get(ENV_KAFKA, "").strip()
     if env:
         return env
-    entry = _running_entry(resolve_state_dir(state_dir), "kafka")
+    directory = resolve_state_dir(state_dir)
+    entry = _running_entry(directory, "kafka")
     if entry is None:
-        raise ConfigError(f"no Kafka broker configured: run `inorder dev up` or set {ENV_KAFKA}")
+        raise _not_configured("Kafka broker", "kafka", ENV_KAFKA, directory)
     return str(entry["bootstrap_servers"])
 
 
@@ -181,9 +201,10 @@ def s3_settings(state_dir: str | os.PathLike[str] | None = None) -> S3Settings:
             region=os.environ.get(ENV_REGION) or DEFAULT_REGION,
             bucket=os.environ.get(ENV_S3_BUCKET) or DEFAULT_BUCKET,
         )
-    entry = _running_entry(resolve_state_dir(state_dir), "s3")
+    directory = resolve_state_dir(state_dir)
+    entry = _running_entry(directory, "s3")
     if entry is None:
-        raise ConfigError(f"no S3 store configured: run `inorder dev up` or set {ENV_S3_ENDPOINT}")
+        raise _not_configured("S3 store", "s3", ENV_S3_ENDPOINT, directory)
     return S3Settings(
         endpoint_url=str(entry["endpoint_url"]),
         access_key_id=str(entry["access_key_id"]),
@@ -198,11 +219,10 @@ def schema_registry_url(state_dir: str | os.PathLike[str] | None = None) -> str:
     env = os.environ.get(ENV_SCHEMA_REGISTRY, "").strip()
     if env:
         return env
-    entry = _running_entry(resolve_state_dir(state_dir), "registry")
+    directory = resolve_state_dir(state_dir)
+    entry = _running_entry(directory, "registry")
     if entry is None:
-        raise ConfigError(
-            f"no schema registry configured: run `inorder dev up` or set {ENV_SCHEMA_REGISTRY}"
-        )
+        raise _not_configured("schema registry", "registry", ENV_SCHEMA_REGISTRY, directory)
     return str(entry["url"])
 
 

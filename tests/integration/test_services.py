@@ -122,8 +122,13 @@ def test_dev_up_status_down_through_cli(
     assert cli.main(["dev", "status", "--state-dir", sd, "--json"]) == 1
     status = json.loads(capsys.readouterr().out)["services"]
     assert {s["state"] for s in status.values()} == {"not running"}
-    with pytest.raises(ConfigError, match="no Kafka broker configured"):
+    with pytest.raises(ConfigError) as stopped:
         endpoints.kafka_bootstrap_servers(state_dir)
+    # The hint names where it looked and that the broker recorded there is stopped, so
+    # nobody is sent to start a second, empty broker in another state directory.
+    assert str(stopped.value).startswith(
+        f"no Kafka broker configured: no kafka service is recorded in {state_dir}/services.json; "
+    )
 
     assert cli.main(["dev", "down", "--state-dir", sd]) == 0  # nothing left to stop: fine
 
@@ -269,7 +274,9 @@ def test_endpoints_errors(
     with pytest.raises(ConfigError) as exc:
         endpoints.kafka_bootstrap_servers(tmp_path)
     assert str(exc.value) == (
-        "no Kafka broker configured: run `inorder dev up` or set INORDER_KAFKA_BOOTSTRAP_SERVERS"
+        f"no Kafka broker configured: no kafka service is recorded in {tmp_path}/services.json; "
+        "run `inorder dev up` (with the --state-dir the services were started with, or "
+        "INORDER_STATE_DIR set to it) or set INORDER_KAFKA_BOOTSTRAP_SERVERS"
     )
     with pytest.raises(ConfigError, match="no S3 store configured"):
         endpoints.s3_settings(tmp_path)
@@ -278,6 +285,17 @@ def test_endpoints_errors(
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     with pytest.raises(ConfigError, match="AWS_SECRET_ACCESS_KEY is not"):
         endpoints.s3_settings(tmp_path)
+    # A broker recorded but no longer running (the machine restarted, the process was
+    # killed): the hint says so, with its pid.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / endpoints.SERVICES_FILE).write_text(json.dumps({"kafka": {"pid": dead.pid}}))
+    with pytest.raises(ConfigError) as stopped:
+        endpoints.kafka_bootstrap_servers(tmp_path)
+    assert str(stopped.value).startswith(
+        f"no Kafka broker configured: the kafka service recorded in {tmp_path}/services.json "
+        f"(pid {dead.pid}) is not running; run `inorder dev up`"
+    )
     (tmp_path / endpoints.SERVICES_FILE).write_text("{broken")
     monkeypatch.delenv(endpoints.ENV_S3_ENDPOINT)
     with pytest.raises(ConfigError, match="not valid JSON"):
