@@ -101,7 +101,7 @@ def test_commit_log_stays_bounded_with_compaction(
         # Grace 0: replaced files go at once, so listing readers stay exact. The last batches
         # keep their own files (a short read_batches range then uses their manifests).
         if batch_id % 5 == 4 and batch_id < batches - 10:
-            compact_parquet(path, options, grace_seconds=0)
+            compact_parquet(path, options, grace_seconds=0, full=True)
         most = max(most, len(meta_files(path, options, sp.COMMITS_DIR)))
     commits = meta_files(path, options, sp.COMMITS_DIR)
     compactions = meta_files(path, options, sp.COMPACTIONS_DIR)

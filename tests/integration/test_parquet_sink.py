@@ -308,9 +308,11 @@ def test_compaction_merges_small_files_without_loss(
         sink.commit(b, stage(sink, b, 400))
     before = committed_files(path, options)
     assert len(before) == 24
-    dry = compact_parquet(path, options, target_file_size=10 * 1024 * 1024, dry_run=True)
+    dry = compact_parquet(path, options, target_file_size=10 * 1024 * 1024, dry_run=True, full=True)
     assert dry.files_after == 2 and committed_files(path, options) == before
-    report = compact_parquet(path, options, target_file_size=10 * 1024 * 1024, grace_seconds=3600)
+    report = compact_parquet(
+        path, options, target_file_size=10 * 1024 * 1024, grace_seconds=3600, full=True
+    )
     assert report.files_after == 2 and report.deleted == []
     after = committed_files(path, options)
     assert sorted(f.path for f in after) == [
@@ -330,15 +332,40 @@ def test_compaction_merges_small_files_without_loss(
     assert read_committed(path, options).num_rows == 2800
 
 
-def test_sink_option_compacts_after_each_commit(tmp_path: Path) -> None:
+def test_sink_option_compacts_after_each_commit_by_level(tmp_path: Path) -> None:
+    """Fan-in 2, 2 levels: each batch's 2 files merge into level 1, two level-1 files into a
+    final level-2 file; levels survive a commit checkpoint and `verify` stays exact."""
+    from inorder.ops.verify_parquet import collect_parquet
+
     path = str(tmp_path / "auto")
-    sink = ParquetSink(path, compact=True, compaction_grace_seconds=0)
+    sink = ParquetSink(
+        path,
+        compact=True,
+        compaction_grace_seconds=0,
+        compaction_fanout=2,
+        compaction_levels=2,
+        checkpoint_interval=3,
+    )
     sink.check(SCHEMA)
+    levels = []
     for b in range(4):
-        sink.commit(b, stage(sink, b, 200))
+        consumed = [ConsumedOffsets("in", 0, b * 200, b * 200 + 199)]
+        sink.commit_consumed(b, stage(sink, b, 200), consumed)
+        levels.append(sorted(f.level for f in committed_files(path)))
+    assert levels == [[1], [2], [1, 2], [2, 2]]
+    assert load_state(sfs.resolve(path)).checkpoint == 2
     files = committed_files(path)
-    assert len(files) == 1
+    assert all(f.committed_at is not None and f.digest is not None for f in files)
     assert sorted(read_committed(path).column("offset").to_pylist()) == list(range(800))
+    # Each row was rewritten at most twice: no record replaces a file of level 2.
+    loc = sfs.resolve(path)
+    seen: dict[str, int] = {}
+    for info in sfs.list_files(loc, loc.join("_inorder/compactions")):
+        if info.base_name.endswith(".json"):
+            record = json.loads(sfs.read_bytes(loc, info.path))
+            seen.update({e["final"]: e["level"] for e in record["files"]})
+            assert all(seen.get(old, 0) < 2 for old in record["replaces"])
+    assert collect_parquet(sink, None).problems == []
 
 
 def test_compact_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -349,11 +376,15 @@ def test_compact_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         sink.commit(b, stage(sink, b, 100))
     assert cli.main(["compact", path, "--dry-run", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["format"] == "parquet" and out["files_after"] == 1 and out["dry_run"] is True
-    assert cli.main(["compact", path, "--target-file-size", "64MB"]) == 0
+    assert out["format"] == "parquet" and out["dry_run"] is True
+    assert cli.main(["compact", path, "--full", "--dry-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["files_after"] == 1
+    assert cli.main(["compact", path, "--target-file-size", "64MB", "--full"]) == 0
     assert "merged 6 files into 1" in capsys.readouterr().out
     assert len(committed_files(path)) == 1
     assert cli.main(["compact", path, "--target-file-size", "lots"]) == 2
+    assert cli.main(["compact", path, "--fanout", "1"]) != 0
+    assert "compaction_fanout must be an integer >= 2" in capsys.readouterr().err
 
 
 def make_sink_factory(options: dict[str, str] | None) -> Callable[[str], ParquetSink]:

@@ -209,7 +209,7 @@ def test_a_compaction_killed_after_staging_leaves_nothing_visible(
     _crash_at_commit_point(
         f"""
         from inorder.sinks.compaction import compact_parquet
-        compact_parquet({root!r}, storage_options={options!r}, grace_seconds=0)
+        compact_parquet({root!r}, storage_options={options!r}, grace_seconds=0, full=True)
         """
     )
     staged = [n for n in all_files(root, options) if n.startswith("_inorder/staging/c")]
@@ -220,7 +220,7 @@ def test_a_compaction_killed_after_staging_leaves_nothing_visible(
         assert glob_count(root) == 3 * ROWS
     # The next compaction finishes the job and deletes the dead run's staging; with no
     # grace period the replaced files go at once.
-    report = compact_parquet(root, storage_options=options, grace_seconds=0)
+    report = compact_parquet(root, storage_options=options, grace_seconds=0, full=True)
     assert report.groups and report.deleted
     assert read_committed(root, options).num_rows == 3 * ROWS
     if options is None:
@@ -275,13 +275,13 @@ def test_two_compactors_racing_for_one_sequence_number(
             # sequence number and now stages, then loses the race to A and cleans up.
             state["winner"] = (location, target, data)
             with pytest.raises(Exception, match="another compaction committed"):
-                compact_parquet(root, grace_seconds=3600)
+                compact_parquet(root, grace_seconds=3600, full=True)
             return  # A's manifest was created inside B's attempt
         real_put(*state["winner"])  # A wins ...
         real_put(location, target, data)  # ... so B's create-if-absent fails
 
     monkeypatch.setattr(sfs, "put_if_absent", racing_put)
-    report = compact_parquet(root, grace_seconds=3600)
+    report = compact_parquet(root, grace_seconds=3600, full=True)
     monkeypatch.setattr(sfs, "put_if_absent", real_put)
     assert report.seq == 0 and state["calls"] == 2
     table = read_committed(root)
@@ -294,7 +294,7 @@ def test_rebuild_reads_committed_files_not_the_compaction_grace_copies(tmp_path:
     rebuild reads the committed file list, never both copies."""
     root = str(tmp_path / "out")
     _three_small_batches(root)
-    report = compact_parquet(root, grace_seconds=3600)
+    report = compact_parquet(root, grace_seconds=3600, full=True)
     assert report.groups and not report.deleted
     changes = read_changes(root)
     assert changes.num_rows == 3 * ROWS

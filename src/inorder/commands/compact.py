@@ -15,6 +15,7 @@ EXAMPLES = """examples:
   inorder compact /data/stats                            Parquet dataset on local disk
   inorder compact s3://bucket/stats --dry-run            show what would be merged
   inorder compact s3://bucket/stats --target-file-size 256MB
+  inorder compact /data/stats --full                     merge every non-final file now
   inorder compact s3://bucket/table --format delta --retention-hours 168
   inorder compact /data/warehouse --format iceberg --table sessions.changes
 
@@ -79,6 +80,24 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="only report what would be done")
     parser.add_argument(
+        "--fanout",
+        type=int,
+        default=9,
+        help="Parquet: merge this many files of a level into one of the next (default 9)",
+    )
+    parser.add_argument(
+        "--levels",
+        type=int,
+        default=3,
+        help="Parquet: files of this level are never merged again (default 3)",
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="Parquet: merge every non-final file of each partition now, whatever its level "
+        "and age (default: the level rule, as the sink's compact option)",
+    )
+    parser.add_argument(
         "--grace-seconds",
         type=float,
         default=3600.0,
@@ -134,7 +153,14 @@ def _run(args: argparse.Namespace, storage: dict[str, str] | None, target: int) 
     elif fmt == "delta":
         report = compact_delta(args.path, retention_hours=args.retention_hours, **how)
     else:
-        report = compact_parquet(args.path, grace_seconds=args.grace_seconds, **how)
+        report = compact_parquet(
+            args.path,
+            grace_seconds=args.grace_seconds,
+            fanout=args.fanout,
+            levels=args.levels,
+            full=args.full,
+            **how,
+        )
     if args.json:
         out = dict(vars(report))
         out["format"] = fmt

@@ -38,6 +38,7 @@ from inorder.sinks.commit_log import (
     LiveFile,
     checkpoint_name,
     file_batch_id,
+    file_entry,
     forget_manifest,
     list_commits,
     list_records,
@@ -90,7 +91,7 @@ def write_checkpoint(
         owner = manifest.get("owner")
         offsets = fold_ranges(offsets, manifest.get("offsets", {}))
         for entry in manifest["files"]:
-            files[entry["final"]] = live_file(entry)
+            files[entry["final"]] = live_file(entry, manifest.get("created_at"))
         upto = bid
     if upto is None or upto == base:
         return None
@@ -122,16 +123,8 @@ def write_checkpoint(
         "schema": schema,
         # The folded ranges of every batch up to here: the proof survives the manifests.
         "offsets": offsets,
-        "files": [
-            {
-                "final": f.path,
-                "rows": f.rows,
-                "size_bytes": f.size_bytes,
-                "partition_values": f.partition_values,
-                **({"digest": f.digest} if f.digest is not None else {}),
-            }
-            for f in files.values()
-        ],
+        # With each file's level and commit time: the level rule survives the manifests.
+        "files": [file_entry(f) for f in files.values()],
     }
     rel = f"{COMMITS_DIR}/{checkpoint_name(upto)}"
     # Already there: written before a crash, it describes the same batches; keep it.

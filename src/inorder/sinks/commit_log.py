@@ -85,6 +85,11 @@ class LiveFile:
     partition_values: dict[str, str | None]
     digest: str | None = None
     """Digest of the file's rows (:mod:`inorder.sinks.proof`); ``None`` in older commits."""
+    level: int = 0
+    """Compaction level: 0 for a batch's file, ``i + 1`` for a merge of level ``i`` files
+    (:mod:`inorder.sinks.compaction_levels`); 0 in commit logs of older releases."""
+    committed_at: float | None = None
+    """When the batch of its oldest rows committed (epoch seconds); ``None`` if unknown."""
 
 
 class BatchIds(Sequence[int]):
@@ -344,7 +349,7 @@ def _load_state_once(location: sfs.Location, include_pending_compactions: bool) 
         partition_by = list(manifest.get("partition_by", partition_by))
         offsets = fold_ranges(offsets, manifest.get("offsets", {}))
         for entry in manifest["files"]:
-            files[entry["final"]] = live_file(entry)
+            files[entry["final"]] = live_file(entry, manifest.get("created_at"))
     compactions: list[int] = []
     for seq in comp_ids:
         if seq <= floor:
@@ -394,14 +399,36 @@ def batch_owner(location: sfs.Location, batch_id: int) -> str | None:
     return None if owner is None else str(owner)
 
 
-def live_file(entry: Mapping[str, Any]) -> LiveFile:
+def live_file(entry: Mapping[str, Any], committed_at: float | None = None) -> LiveFile:
+    """A file entry of a manifest, record or checkpoint; ``committed_at`` is the batch
+    manifest's time, for entries that carry none of their own."""
+    at = entry.get("committed_at", committed_at)
     return LiveFile(
         path=entry["final"],
         rows=int(entry["rows"]),
         size_bytes=int(entry["size_bytes"]),
         partition_values=dict(entry.get("partition_values", {})),
         digest=entry.get("digest"),
+        level=int(entry.get("level", 0)),
+        committed_at=None if at is None else float(at),
     )
+
+
+def file_entry(f: LiveFile) -> dict[str, Any]:
+    """The entry of a live file in a commit checkpoint (inverse of :func:`live_file`)."""
+    entry: dict[str, Any] = {
+        "final": f.path,
+        "rows": f.rows,
+        "size_bytes": f.size_bytes,
+        "partition_values": f.partition_values,
+    }
+    if f.digest is not None:
+        entry["digest"] = f.digest
+    if f.level:
+        entry["level"] = f.level
+    if f.committed_at is not None:
+        entry["committed_at"] = f.committed_at
+    return entry
 
 
 def complete_manifest(location: sfs.Location, rel: str) -> None:

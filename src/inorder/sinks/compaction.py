@@ -2,12 +2,14 @@
 
 Parquet datasets (the manifest protocol of :mod:`inorder.sinks.parquet`):
 
-1. plan from the committed state: per partition directory, files smaller than 3/4 of the
-   target are packed (in commit order) into groups of about ``target_file_size``; a group
-   of one file is left alone;
-2. write each group as one staged file under ``_inorder/staging/c<seq>-<id>/`` (``<id>``
-   unique to this run, so a concurrent compactor that picked the same ``seq`` never
-   touches these files), named ``*.parquet.staged``: no ``*.parquet`` glob sees it;
+1. plan from the committed state by the level rule (:mod:`inorder.sinks.compaction_levels`):
+   per partition directory, ``fanout`` non-final files of a level, or fewer once the oldest
+   is older than the level's window, merge into files of the next level;
+2. write each merge as staged files (split at ``target_file_size``, each recording its
+   ``level`` and the ``committed_at`` of its oldest rows) under
+   ``_inorder/staging/c<seq>-<id>/`` (``<id>`` unique to this run, so a concurrent
+   compactor that picked the same ``seq`` never touches these files), named
+   ``*.parquet.staged``: no ``*.parquet`` glob sees it;
 3. create ``_inorder/compactions/<seq:020d>.json`` *if absent*: the files it replaces and
    the new files with deterministic names ``compacted-<seq:010d>-<n:05d>.parquet``; a
    concurrent compactor that picked the same ``seq`` loses and deletes its staged files;
@@ -28,6 +30,7 @@ Delta tables: ``DeltaTable.optimize.compact`` then ``vacuum`` with a retention p
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Mapping
@@ -54,12 +57,21 @@ from inorder.sinks.commit_log import (
     partition_dir,
     read_manifest,
 )
+from inorder.sinks.compaction_levels import (
+    DEFAULT_FANOUT,
+    DEFAULT_LEVELS,
+    LevelSettings,
+    Merge,
+    check_level_settings,
+    estimate_trigger,
+    output_pieces,
+    plan_levels,
+)
 from inorder.sinks.proof import format_digest, table_digest
 from inorder.storage import fs as sfs
 
 DEFAULT_GRACE_SECONDS = 3600.0
 DEFAULT_DELTA_RETENTION_HOURS = 168  # 7 days, as Delta's own default
-SMALL_FRACTION = 0.75
 
 
 @dataclass
@@ -86,26 +98,19 @@ class CompactionReport:
         )
 
 
-def plan_groups(
-    files: list[LiveFile], partition_by: list[str], target_file_size: int
-) -> list[list[LiveFile]]:
-    """Pure planning: groups of small files of one partition to merge into one file each."""
+def plan_merges(
+    files: list[LiveFile],
+    partition_by: list[str],
+    settings: LevelSettings,
+    now: float,
+    full: bool = False,
+) -> list[Merge[LiveFile]]:
+    """Pure planning: the level rule (:mod:`inorder.sinks.compaction_levels`) per partition
+    directory; ``full`` merges every non-final file of a partition at once."""
     by_partition: dict[str, list[LiveFile]] = {}
     for f in files:
-        if f.size_bytes < target_file_size * SMALL_FRACTION:
-            by_partition.setdefault(partition_dir(partition_by, f.partition_values), []).append(f)
-    groups: list[list[LiveFile]] = []
-    for members in by_partition.values():
-        current: list[LiveFile] = []
-        size = 0
-        for f in members:
-            if current and size + f.size_bytes > target_file_size:
-                groups.append(current)
-                current, size = [], 0
-            current.append(f)
-            size += f.size_bytes
-        groups.append(current)
-    return [g for g in groups if len(g) > 1]
+        by_partition.setdefault(partition_dir(partition_by, f.partition_values), []).append(f)
+    return plan_levels(by_partition, now, settings, full)
 
 
 def compact_parquet(
@@ -115,8 +120,23 @@ def compact_parquet(
     dry_run: bool = False,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     compression: str = "zstd",
+    fanout: int = DEFAULT_FANOUT,
+    levels: int = DEFAULT_LEVELS,
+    full: bool = False,
+    trigger_seconds: float | None = None,
+    now: float | None = None,
 ) -> CompactionReport:
-    """Merge small files of a Parquet dataset written by :class:`ParquetSink`."""
+    """Merge small files of a Parquet dataset written by :class:`ParquetSink` by the level
+    rule (``fanout`` files of a level into one of the next, up to level ``levels``).
+
+    ``trigger_seconds`` (the interval between batches; default: estimated from the commit
+    times in the log) sets the age windows, ``now`` the time they are measured at (default:
+    the clock). ``full`` merges every non-final file of each partition, whatever its level
+    and age. A merge's output may complete the next level: planning repeats, one record per
+    round, until nothing is left to merge (at most ``levels`` rounds, a row moving up one
+    level per round); a dry run plans the first round only.
+    """
+    check_level_settings(fanout, levels)
     location = sfs.resolve(path, storage_options)
     state = load_state(location)
     if not dry_run:
@@ -125,23 +145,34 @@ def compact_parquet(
         for rel in state.pending:
             if rel.startswith(COMPACTIONS_DIR):
                 complete_manifest(location, rel)
-    # Planning applies compactions not yet marked done too: their files are taken.
-    planning = load_state(location, include_pending_compactions=True)
-    groups = plan_groups(list(planning.files.values()), planning.partition_by, target_file_size)
-    report = CompactionReport(dry_run=dry_run, files_before=len(planning.files))
-    report.groups = [[f.path for f in g] for g in groups]
-    report.bytes_rewritten = sum(f.size_bytes for g in groups for f in g)
-    report.files_after = report.files_before - sum(len(g) - 1 for g in groups)
-    if dry_run:
-        return report
-    if groups:
+    report = CompactionReport(dry_run=dry_run)
+    when = time.time() if now is None else now
+    floor = -1
+    for round_ in range(levels + 1):
+        # Planning applies compactions not yet marked done too: their files are taken.
+        planning = load_state(location, include_pending_compactions=True)
+        floor = planning.compaction_floor
+        live = list(planning.files.values())
+        trigger = estimate_trigger(live) if trigger_seconds is None else trigger_seconds
+        settings = LevelSettings(target_file_size, fanout, levels, trigger)
+        merges = plan_merges(live, planning.partition_by, settings, when, full and not round_)
+        if not round_:
+            report.files_before = report.files_after = len(live)
+        report.groups += [[f.path for f in m.files] for m in merges]
+        report.bytes_rewritten += sum(m.size_bytes for m in merges)
+        if dry_run:
+            report.files_after -= sum(len(m.files) - 1 for m in merges)
+            return report
+        if not merges:
+            break
         comp_ids, _, _ = list_records(location, COMPACTIONS_DIR)
         # Records folded into a commit checkpoint may be deleted (never the newest one);
         # the checkpoint's sequence number is a floor all the same.
-        seq = max(comp_ids[-1] if comp_ids else -1, planning.compaction_floor) + 1
+        seq = max(comp_ids[-1] if comp_ids else -1, floor) + 1
         report.seq = seq
-        _rewrite(location, planning.partition_by, groups, seq, compression)
-    clean_stale_staging(location, planning.compaction_floor)
+        written = _rewrite(location, planning.partition_by, merges, seq, compression, settings)
+        report.files_after += written - sum(len(m.files) for m in merges)
+    clean_stale_staging(location, floor)
     report.deleted = cleanup_parquet(location, grace_seconds)
     return report
 
@@ -149,12 +180,16 @@ def compact_parquet(
 def _rewrite(
     location: sfs.Location,
     partition_by: list[str],
-    groups: list[list[LiveFile]],
+    merges: list[Merge[LiveFile]],
     seq: int,
     compression: str,
-) -> None:
+    settings: LevelSettings,
+) -> int:
+    """Write and commit record ``seq`` of ``merges``; returns the number of files written."""
+    n = 0
     with StagedRecord(location, "compaction", seq, compression) as record:
-        for n, group in enumerate(groups):
+        for merge in merges:
+            group = merge.files
             pdir = partition_dir(partition_by, group[0].partition_values)
             tables = [
                 pq.read_table(location.join(f.path), filesystem=location.filesystem) for f in group
@@ -166,13 +201,24 @@ def _rewrite(
                     f"{location.uri}: files of {pdir or 'the dataset'} hold {table.num_rows} "
                     f"rows, manifests say {rows}; not compacting"
                 )
-            record.stage(table, pdir, f"compacted-{seq:010d}-{n:05d}", group[0].partition_values)
+            # Split at the target: a merge of a busy partition writes several final files.
+            pieces = output_pieces(merge.size_bytes, settings.target_file_size)
+            step = math.ceil(table.num_rows / pieces)
+            tiered: dict[str, Any] = {"level": merge.level}
+            if merge.committed_at is not None:
+                tiered["committed_at"] = merge.committed_at
+            for start in range(0, max(table.num_rows, 1), max(step, 1)):
+                piece = table.slice(start, step)
+                stem = f"compacted-{seq:010d}-{n:05d}"
+                record.stage(piece, pdir, stem, group[0].partition_values, **tiered)
+                n += 1
         record.commit(
-            [f.path for g in groups for f in g],
+            [f.path for m in merges for f in m.files],
             taken=SinkError(
                 f"{location.uri}: another compaction committed #{seq} first; run again"
             ),
         )
+    return n
 
 
 class StagedRecord:
@@ -217,8 +263,10 @@ class StagedRecord:
         directory: str,
         stem: str,
         partition_values: Mapping[str, str | None],
+        **fields: Any,
     ) -> None:
-        """Write ``table`` as a staged file to be published as ``<directory>/<stem>.parquet``."""
+        """Write ``table`` as a staged file to be published as ``<directory>/<stem>.parquet``;
+        ``fields`` go into its manifest entry (a compaction's ``level``, ``committed_at``)."""
         location = self.location
         staged = "/".join(p for p in (self.staging, directory, stem + STAGED_SUFFIX) if p)
         full = location.join(staged)
@@ -234,6 +282,7 @@ class StagedRecord:
                 "size_bytes": int(location.filesystem.get_file_info(full).size or 0),
                 "partition_values": partition_values,
                 "digest": format_digest(table_digest(table)),
+                **fields,
             }
         )
 

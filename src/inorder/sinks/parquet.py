@@ -88,6 +88,7 @@ from inorder.sinks.commit_log import (  # noqa: F401  (the two caches: tests cle
     read_checkpoint,
     read_manifest,
 )
+from inorder.sinks.compaction_levels import DEFAULT_FANOUT, DEFAULT_LEVELS, check_level_settings
 from inorder.sinks.evolution import schema_change
 from inorder.sinks.proof import consumed_ranges
 from inorder.storage import fs as sfs
@@ -208,11 +209,12 @@ class ParquetSink(FileSink):
 
     ``path`` is a local path, ``file://`` URI or ``s3://bucket/prefix``; S3 settings come
     from ``storage_options`` or the AWS_* environment variables (see :mod:`inorder.storage.fs`).
-    With ``compact=True`` the driver merges small files after each commit
-    (see :mod:`inorder.sinks.compaction`). Every ``checkpoint_interval`` committed batches
-    the driver consolidates the commit log into one checkpoint and deletes manifests older
-    than ``manifest_retention`` batches before it (see :mod:`inorder.sinks.commit_checkpoint`);
-    ``checkpoint_interval=0`` keeps every manifest.
+    With ``compact=True`` the driver merges small files after each commit by the level rule
+    (``compaction_fanout`` files of a level into one of the next, up to level
+    ``compaction_levels``: :mod:`inorder.sinks.compaction_levels`). Every
+    ``checkpoint_interval`` committed batches the driver consolidates the commit log into one
+    checkpoint and deletes manifests older than ``manifest_retention`` batches before it (see
+    :mod:`inorder.sinks.commit_checkpoint`); ``checkpoint_interval=0`` keeps every manifest.
     """
 
     def __init__(
@@ -226,8 +228,11 @@ class ParquetSink(FileSink):
         compaction_grace_seconds: float = 3600.0,
         checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
         manifest_retention: int = DEFAULT_MANIFEST_RETENTION,
+        compaction_fanout: int = DEFAULT_FANOUT,
+        compaction_levels: int = DEFAULT_LEVELS,
     ) -> None:
         super().__init__(path, partition_by, compression, storage_options)
+        check_level_settings(compaction_fanout, compaction_levels)
         if target_file_size <= 0:
             raise SinkError("target_file_size must be > 0")
         if checkpoint_interval < 0:
@@ -237,6 +242,8 @@ class ParquetSink(FileSink):
         self.target_file_size = int(target_file_size)
         self.compact = compact
         self.compaction_grace_seconds = compaction_grace_seconds
+        self.compaction_fanout = compaction_fanout
+        self.compaction_levels = compaction_levels
         self.checkpoint_interval = int(checkpoint_interval)
         self.manifest_retention = int(manifest_retention)
         self._checkpointed: int | None = None
@@ -432,6 +439,8 @@ class ParquetSink(FileSink):
                 target_file_size=self.target_file_size,
                 grace_seconds=self.compaction_grace_seconds,
                 compression=self.compression,
+                fanout=self.compaction_fanout,
+                levels=self.compaction_levels,
             )
         self._maybe_checkpoint(batch_id)
         return True

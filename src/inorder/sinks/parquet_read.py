@@ -122,7 +122,7 @@ def _read_from_manifests(location: sfs.Location, first: int, last: int) -> pa.Ta
         schema = decode_schema(manifest["schema"])
         partition_by = list(manifest.get("partition_by", []))
         for entry in manifest["files"]:
-            files[entry["final"]] = live_file(entry)
+            files[entry["final"]] = live_file(entry, manifest.get("created_at"))
     if schema is None:
         return None
     state = DatasetState(files, [], [], schema, partition_by, [])

@@ -3,7 +3,8 @@
 Usage: checkpoint_crash_writer.py PATH BATCHES ROWS DIE_AT
 
 Resumes after the last committed batch (re-running that one first, which must be a no-op),
-checkpoints every 3 batches keeping 2 batches of manifests, compacts every 4 batches, and
+checkpoints every 3 batches keeping 2 batches of manifests, compacts every 4 batches (every
+non-final file: ``full``), and
 SIGKILLs itself right before the DIE_AT-th filesystem step of checkpoint writing or cleanup
 (0: never). Prints ``ready`` once the sink is checked (for kills from outside). S3
 settings come from the AWS_* environment variables.
@@ -62,7 +63,7 @@ def main() -> int:
             print(f"batch {batch_id}: commit returned {committed}", file=sys.stderr)
             return 1
         if batch_id % 4 == 3:
-            compact_parquet(path, grace_seconds=0)
+            compact_parquet(path, grace_seconds=0, full=True)
     return 0
 
 
