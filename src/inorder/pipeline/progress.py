@@ -115,16 +115,43 @@ class RunningBatch:
     tasks_done: int = 0
     tasks_total: int = 0
     planned_records: int | None = None
+    #: Records applied so far, as the tasks report them while they run (partition backend).
+    applied_records: int | None = None
+    #: ``"tables"`` once the change log is committed and the session tables are written.
+    phase: str | None = None
 
 
 def format_running(r: RunningBatch) -> str:
-    """One line: batch, elapsed time, tasks done, records planned."""
+    """One line: batch, elapsed time, tasks done, records applied of planned, rate and ETA."""
     parts = [f"batch {r.batch_id} running for {r.seconds:.0f} s"]
+    if r.phase == "tables":
+        parts[0] += ": writing the session tables"
+        if r.planned_records is not None:
+            parts.append(f"{r.planned_records:,} records applied")
+        return ", ".join(parts)
     if r.tasks_total:
         parts.append(f"tasks {r.tasks_done}/{r.tasks_total}")
-    if r.planned_records is not None:
+    if r.applied_records is not None and r.planned_records:
+        applied = min(r.applied_records, r.planned_records)
+        text = f"{applied:,} of {r.planned_records:,} records applied"
+        rate = applied / r.seconds if r.seconds > 0 else 0.0
+        if rate > 0:
+            left = (r.planned_records - applied) / rate
+            text += f" ({rate:,.0f}/s, about {_duration(left)} left)"
+        parts.append(text)
+    elif r.planned_records is not None:
         parts.append(f"{r.planned_records:,} records planned")
     return ", ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3 min 5 s`` or ``2 h 10 min``: an ETA a person reads at a glance."""
+    whole = int(seconds + 0.5)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
 
 
 class ProgressReporter(Protocol):
