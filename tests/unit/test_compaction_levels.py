@@ -8,7 +8,9 @@ numbers :func:`test_amplification_of_an_hour_at_30_topics` computes.
 from __future__ import annotations
 
 import random
+import tarfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +26,9 @@ from inorder.sinks.compaction_levels import (
     plan_full,
     plan_partition,
 )
+from inorder.storage import fs as sfs
 
+ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
 TARGET = 128 * MIB
 
@@ -190,6 +194,39 @@ def test_old_logs_compact_by_the_level_rule() -> None:
         ("b", "count", 9),
     ]
     assert all(len({f.partition_values["topic"] for f in m.files}) == 1 for m in merges)
+
+
+def test_a_dataset_of_release_0_1_0_compacts_and_reads_each_row_once(tmp_path: Path) -> None:
+    """The output of tests/compat's 0.1.0 run (no levels, no digests): its batch files are
+    level 0, older than their window, so each topic's 4 files merge by age into level 1."""
+    from inorder.ops.verify_parquet import collect_parquet
+    from inorder.sinks.commit_checkpoint import write_checkpoint
+    from inorder.sinks.commit_log import load_state
+    from inorder.sinks.compaction import compact_parquet
+    from inorder.sinks.parquet import ParquetSink, committed_files, read_committed
+
+    with tarfile.open(ROOT / "tests" / "compat" / "inorder-0.1.0.tar.gz") as archive:
+        archive.extractall(
+            tmp_path, [m for m in archive.getmembers() if m.name.startswith("out")], filter="data"
+        )
+    path = str(tmp_path / "out")
+    before = read_committed(path)
+    assert {f.level for f in committed_files(path)} == {0} and len(committed_files(path)) == 8
+    report = compact_parquet(path, grace_seconds=0)
+    assert sorted(len(g) for g in report.groups) == [4, 4]
+    files = committed_files(path)
+    assert [f.level for f in files] == [1, 1]
+    assert files[0].committed_at == pytest.approx(1795576896.646)  # batch 0's manifest
+    after = read_committed(path)
+    key = ["topic", "partition", "offset", "row_id"]
+    assert after.num_rows == before.num_rows
+    assert after.sort_by([(c, "ascending") for c in key]).equals(
+        before.sort_by([(c, "ascending") for c in key])
+    )
+    assert compact_parquet(path, grace_seconds=0).groups == []  # one file per level: done
+    assert write_checkpoint(sfs.resolve(path)) == 1
+    assert [f.level for f in load_state(sfs.resolve(path)).files.values()] == [1, 1]
+    assert collect_parquet(ParquetSink(path), None).problems == []
 
 
 # -- simulation: the bounds, and write amplification -----------------------------------------
