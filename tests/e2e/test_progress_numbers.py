@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from inorder.assemble import build_pipeline
+from inorder.checkpoint import CheckpointLayout
 from inorder.commands.run import dump_toml
 from inorder.ops.inspect import format_inspect, inspect_all
 from inorder.ops.target import OpsTarget
@@ -90,7 +91,7 @@ def test_the_batch_re_run_after_a_restart_has_its_true_lag_and_duration(
     # its planning in the first run to its commit in the second (the pause and a start-up).
     doc = inspect_all(OpsTarget.load(str(toml)), True, False, limit=None)
     shown = {b["batch_id"]: b for b in doc["batches"]}
-    recorded = read_history(str(tmp_path / "ck"))
+    recorded = read_history(CheckpointLayout.of(tmp_path / "ck"))
     assert shown[1]["duration_seconds"] == round(recorded[1]["duration_seconds"], 3)
     assert shown[1]["restarted"] and not shown[0]["restarted"] and not shown[2]["restarted"]
     assert any("re-run after a restart" in text for text in format_inspect(doc))

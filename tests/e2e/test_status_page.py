@@ -21,6 +21,7 @@ from tests.fixtures.sessions_job import small_simulation
 from tests.integration.test_validate import session_config
 
 from inorder.assemble import build_pipeline
+from inorder.checkpoint import CheckpointLayout
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.ops.batchlog import load_batch_log
@@ -106,7 +107,7 @@ def test_page_shows_the_checkpoint_and_updates_live(
     config = session_config(kafka.bootstrap_servers, prefix, tmp_path)
     toml = tmp_path / "pipeline.toml"
     toml.write_text(dump_toml(config))
-    history = BatchHistory(str(tmp_path / "checkpoint"))
+    history = BatchHistory(CheckpointLayout.of(tmp_path / "checkpoint"))
     _run(config, history)
 
     target = OpsTarget.load(str(toml))

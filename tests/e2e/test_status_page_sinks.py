@@ -18,6 +18,7 @@ from confluent_kafka import Producer
 from tests.e2e.test_status_page import WAIT, _number, _shoot, _text, browser
 
 from inorder.assemble import build_pipeline
+from inorder.checkpoint import CheckpointLayout
 from inorder.commands.run import dump_toml
 from inorder.ops.target import OpsTarget
 from inorder.pipeline.batch_history import read_history
@@ -123,7 +124,7 @@ def test_page_numbers_are_the_sinks_own(
             assert _batch(browser, batch_id, "state") == "committed"
             assert _number(_batch(browser, batch_id, "output-rows")) == PER_BATCH
         # records/s: the records over the time the batches ran (as their runs measured it).
-        recorded = read_history(str(tmp_path / "ck"))
+        recorded = read_history(CheckpointLayout.of(tmp_path / "ck"))
         ran = sum(round(recorded[b]["duration_seconds"], 3) for b in range(BATCHES))
         rate = float(_text(browser, "#total-rate").replace(",", ""))
         assert rate == round(PER_BATCH * BATCHES / ran, 1)

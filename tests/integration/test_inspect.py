@@ -116,6 +116,6 @@ def test_every_run_records_its_batch_history(clean_run: RunFixture) -> None:
 
     target = OpsTarget.load(str(clean_run.toml))
     log = load_batch_log(target.spark_dir, target.engine)
-    history = read_history(target.checkpoint_root)
+    history = read_history(target.layout)
     assert sorted(history) == [b.batch_id for b in log.batches]
     assert sum(h["records"] for h in history.values()) == clean_run.sim.records

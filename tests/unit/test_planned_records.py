@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from inorder.checkpoint import CheckpointLayout
 from inorder.kafka.offsets import SourceOffset
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.spark_progress import planned_records
 from inorder.records import TopicPartition
 
@@ -23,12 +23,12 @@ def test_records_between_two_planned_batches(tmp_path: Path) -> None:
     _plan(tmp_path, 0, {a: 10, b: 5})
     _plan(tmp_path, 1, {a: 30, b: 5})
     assert CheckpointLayout.of(tmp_path).planned_batches() == [0, 1]
-    assert planned_records(str(tmp_path), 1) == 20
-    assert planned_records(str(tmp_path), 2) is None  # not planned
+    assert planned_records(CheckpointLayout.of(tmp_path), 1) == 20
+    assert planned_records(CheckpointLayout.of(tmp_path), 2) is None  # not planned
 
 
 def test_a_damaged_entry_is_unknown_not_an_error(tmp_path: Path) -> None:
     _plan(tmp_path, 0, {TopicPartition("t", 0): 10})
     (tmp_path / "spark" / "offsets" / "1").write_text("v1\n{not json")
-    assert planned_records(str(tmp_path), 1) is None
+    assert planned_records(CheckpointLayout.of(tmp_path), 1) is None
     assert CheckpointLayout.of(tmp_path).offsets_entry(7) is None

@@ -8,6 +8,7 @@ import shlex
 from dataclasses import asdict
 from pathlib import Path
 
+from inorder.checkpoint import CheckpointLayout
 from inorder.ops.batchlog import BatchEntry, BatchLog
 from inorder.ops.inspect import PartitionStateInfo, batches
 from inorder.pipeline.batch_history import HISTORY_FILE, BatchHistory, read_history
@@ -182,21 +183,21 @@ def _progress(batch_id: int) -> BatchProgress:
 
 
 def test_history_file_is_kept_and_bounded(tmp_path: Path) -> None:
-    history = BatchHistory(str(tmp_path), max_bytes=2000)
+    history = BatchHistory(CheckpointLayout.of(tmp_path), max_bytes=2000)
     for batch_id in range(20):
         history.on_batch(_progress(batch_id), {"site-a[0]": batch_id})
     path = tmp_path / HISTORY_FILE
     assert path.stat().st_size <= 2000
     assert (tmp_path / (HISTORY_FILE + ".1")).stat().st_size <= 2000
-    found = read_history(str(tmp_path))
+    found = read_history(CheckpointLayout.of(tmp_path))
     assert max(found) == 19 and len(found) < 20  # the oldest lines were dropped
     assert found[19]["lag_by_partition"] == {"site-a[0]": 19}
     assert found[19]["seconds"] == {} and found[19]["violations"] == {"seq_gap": 1}
     # A line cut short by a crash is skipped; a batch recorded again keeps its newest line.
     with open(path, "a", encoding="utf-8") as handle:
         handle.write('{"batch_id": 19, "records": 99}\n{"batch_id": 20, "rec')
-    assert read_history(str(tmp_path))[19]["records"] == 99
-    assert 20 not in read_history(str(tmp_path))
+    assert read_history(CheckpointLayout.of(tmp_path))[19]["records"] == 99
+    assert 20 not in read_history(CheckpointLayout.of(tmp_path))
     assert json.loads(path.read_text().splitlines()[0])["batch_id"] > 0
     # In memory too (an object-store checkpoint keeps no file).
     assert [line["batch_id"] for line in history.recent][-1] == 19

@@ -23,8 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.errors import ConfigError
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.records import TopicPartition
 from inorder.state.entry import KeyEntry
 
@@ -78,24 +78,33 @@ class InitialState:
         return read_committed(self.path, dict(self.storage_options) or None)
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str, batch_id: int | None = None) -> InitialState:
+    def from_checkpoint(
+        cls, checkpoint: str | CheckpointLayout, batch_id: int | None = None
+    ) -> InitialState:
         """The state another pipeline's checkpoint holds after ``batch_id`` (default: its last
         batch committed by Spark), with that batch's end offsets.
 
         States are decoded with the new pipeline's state type, so compatible changes (a new
         field with a default) migrate as they would in place.
         """
-        from inorder.ops.batchlog import load_batch_log
-        from inorder.ops.statefiles import load_partition_state
+        from inorder.checkpoint.state_files import load_partition_state
         from inorder.state.checkpoint import CheckpointStore
 
-        layout = CheckpointLayout.of(checkpoint)
+        # The user names the other checkpoint here: where its path enters.
+        layout = (
+            checkpoint
+            if isinstance(checkpoint, CheckpointLayout)
+            else CheckpointLayout.of(checkpoint)
+        )
         engine = CheckpointStore(layout.engine_dir)
-        log = load_batch_log(layout.spark_dir, engine)
-        chosen = (
-            log.last_committed()
-            if batch_id is None
-            else next((b for b in log.batches if b.batch_id == batch_id and b.committed), None)
+        batches = layout.spark_log.batches()
+        chosen = next(
+            (
+                b
+                for b in reversed(batches)
+                if b.committed and (batch_id is None or b.batch_id == batch_id)
+            ),
+            None,
         )
         if chosen is None:
             which = "any committed batch" if batch_id is None else f"committed batch {batch_id}"
@@ -201,9 +210,9 @@ def _engine_entry(
     )
 
 
-def is_new_checkpoint(checkpoint: str) -> bool:
-    """Whether no micro-batch has been planned in ``checkpoint`` (Spark's offsets log empty)."""
-    return not CheckpointLayout.of(checkpoint).planned_batches()
+def is_new_checkpoint(layout: CheckpointLayout) -> bool:
+    """Whether no micro-batch has been planned in the checkpoint (Spark's offsets log empty)."""
+    return not layout.planned_batches()
 
 
 def with_starting_offsets(source: Any, initial: InitialState) -> Any:
@@ -243,7 +252,7 @@ def seed(backend: Any, initial: InitialState) -> dict[TopicPartition, int]:
     return written
 
 
-def prepare_pipeline(pipeline: Any, checkpoint: str) -> tuple[Any, bool]:
+def prepare_pipeline(pipeline: Any, layout: CheckpointLayout) -> tuple[Any, bool]:
     """The pipeline as run: versioned sink, source at the initial offsets (new checkpoint).
 
     Returns the (possibly copied) pipeline and whether the initial state must be seeded.
@@ -256,7 +265,7 @@ def prepare_pipeline(pipeline: Any, checkpoint: str) -> tuple[Any, bool]:
         if not isinstance(pipeline.sink, VersionedSink):
             changes["sink"] = VersionedSink(pipeline.sink, str(job_version))
     initial: InitialState | None = getattr(pipeline, "initial_state", None)
-    seeding = initial is not None and is_new_checkpoint(checkpoint)
+    seeding = initial is not None and is_new_checkpoint(layout)
     if seeding:
         assert initial is not None
         changes["source"] = with_starting_offsets(pipeline.source, initial)

@@ -58,7 +58,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.key is not None:
         if args.topic is None or args.partition is None:
             raise ConfigError("--key needs --topic and --partition")
-        log = load_batch_log(target.spark_dir, target.engine)
+        log = load_batch_log(target.layout, target.engine)
         doc = key_state(
             target, TopicPartition(args.topic, args.partition), args.key, args.version, log
         )

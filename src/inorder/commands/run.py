@@ -145,9 +145,10 @@ def handle(args: argparse.Namespace) -> int:
 
         # The run records into this one (the runner adds none of its own), so the page also
         # shows the history of an object-store checkpoint, kept in memory.
-        history = BatchHistory(str(pipeline.checkpoint))
+        target = OpsTarget(pipeline)
+        history = BatchHistory(target.layout)
         pipeline.observers = [*pipeline.observers, history]
-        server = start_ui(args.pipeline, OpsTarget(pipeline), args, "ui-", history)
+        server = start_ui(args.pipeline, target, args, "ui-", history)
     try:
         summary = pipeline.run(
             stop_after_batches=args.stop_after_batches,
@@ -173,7 +174,7 @@ def _start_session(config: dict[str, dict[str, Any]]) -> EarlySession | None:
     """
     if not str(config["spark"]["master"]).startswith("local"):
         return None
-    from inorder.pipeline.checkpoint_layout import CheckpointLayout
+    from inorder.checkpoint.layout import CheckpointLayout
     from inorder.pipeline.spark import EarlySession
 
     name = str(config["pipeline"]["name"])

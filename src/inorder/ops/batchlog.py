@@ -1,11 +1,9 @@
-"""The batch history of a pipeline, read from its checkpoint (never written here).
+"""The batch history of a pipeline, read from its checkpoint (never written here): the ops
+tools' view of Spark's logs (read by :class:`~inorder.checkpoint.spark_log.SparkLog`, local
+or S3) joined with the engine's batch times.
 
-* ``<checkpoint>/spark/offsets/<batch_id>``: written by Spark when it plans a micro-batch;
-  the last line is the source's end offset (:class:`~inorder.kafka.offsets.SourceOffset`):
-  per topic-partition, the next offset to read after the batch. Its mtime is when the batch
-  was planned.
-* ``<checkpoint>/spark/commits/<batch_id>``: written when the batch finished; its mtime is
-  when it ended.
+* ``<checkpoint>/spark/offsets/<batch_id>`` and ``<checkpoint>/spark/commits/<batch_id>``:
+  which offsets each micro-batch covered, when it was planned and when it ended.
 * ``<checkpoint>/engine/batches/<batch_id:020d>.json``: the batch's processing time (fixed
   at its first run; processing-time timeouts fire against it); older records are merged
   into ``batches/upto-<batch_id:020d>.parquet`` (:meth:`CheckpointStore.batch_times` reads
@@ -17,11 +15,10 @@ of its logs; :attr:`BatchLog.complete` says whether the log still starts at batc
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 
-from inorder.kafka.offsets import SourceOffset
+from inorder.checkpoint.layout import CheckpointLayout
+from inorder.checkpoint.spark_log import SparkLog
 from inorder.records import TopicPartition
 from inorder.state.checkpoint import CheckpointStore
 
@@ -112,63 +109,33 @@ class BatchLog:
         return out
 
 
-def _mtime(path: str) -> float | None:
-    try:
-        return os.path.getmtime(path)
-    except OSError:
-        return None
+def load_batch_log(
+    checkpoint: CheckpointLayout | str, engine: CheckpointStore | None = None
+) -> BatchLog:
+    """Spark's offsets and commits logs (:class:`~inorder.checkpoint.spark_log.SparkLog`, local
+    or S3) with the engine's batch times.
 
-
-def _ids(directory: str) -> list[int]:
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    return sorted(int(n) for n in names if n.isdigit())
-
-
-def read_offsets_file(path: str) -> SourceOffset | None:
-    """The source offset on the last line of a Spark offsets log file (``None``: unreadable)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = [line.strip() for line in handle if line.strip()]
-    except OSError:
-        return None
-    if not lines:
-        return None
-    try:
-        data = json.loads(lines[-1])
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(data, dict) or "offsets" not in data:
-        return None
-    return SourceOffset.from_dict(data)
-
-
-def load_batch_log(spark_dir: str, engine: CheckpointStore | None = None) -> BatchLog:
-    """Read the Spark offsets/commits logs (local directory) and the engine's batch times."""
-    root = spark_dir.removeprefix("file://")
-    offsets_dir = os.path.join(root, "offsets")
-    commits_dir = os.path.join(root, "commits")
-    committed = set(_ids(commits_dir))
-    log = BatchLog()
-    offset_ids = _ids(offsets_dir)
-    times = engine.batch_times(offset_ids) if engine is not None else {}
-    for batch_id in offset_ids:
-        path = os.path.join(offsets_dir, str(batch_id))
-        offset = read_offsets_file(path)
-        if offset is None:
-            continue
-        processing = times.get(batch_id)
-        log.batches.append(
+    ``checkpoint`` is the checkpoint's layout; a string names a Spark checkpoint directory
+    (the form of earlier releases).
+    """
+    spark = (
+        checkpoint.spark_log
+        if isinstance(checkpoint, CheckpointLayout)
+        else SparkLog.at(checkpoint)
+    )
+    batches = spark.batches()
+    times = engine.batch_times([b.batch_id for b in batches]) if engine is not None else {}
+    return BatchLog(
+        [
             BatchEntry(
-                batch_id=batch_id,
-                end=dict(offset.positions),
-                committed=batch_id in committed,
-                planned_at=_mtime(path),
-                committed_at=_mtime(os.path.join(commits_dir, str(batch_id))),
-                processing_time_us=processing,
-                starts=dict(offset.starts),
+                batch_id=b.batch_id,
+                end=dict(b.end),
+                committed=b.committed,
+                planned_at=b.planned_at,
+                committed_at=b.committed_at,
+                processing_time_us=times.get(b.batch_id),
+                starts=dict(b.starts),
             )
-        )
-    return log
+            for b in batches
+        ]
+    )

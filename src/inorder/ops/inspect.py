@@ -18,14 +18,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from inorder.checkpoint.layout import CheckpointLayout
+from inorder.checkpoint.state_files import load_partition_state, loadable_versions, state_partitions
 from inorder.engine.context import from_micros
 from inorder.errors import InorderError
 from inorder.ops.batchlog import BatchEntry, BatchLog, load_batch_log
 from inorder.ops.replay import to_plain
-from inorder.ops.statefiles import load_partition_state, loadable_versions, state_partitions
 from inorder.ops.target import OpsTarget
 from inorder.pipeline.batch_history import read_history
-from inorder.pipeline.checkpoint_layout import RUN_LOCK_FILE
 from inorder.records import TopicPartition
 
 
@@ -65,12 +65,13 @@ def _iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
-def run_started_at(local_root: str | None) -> float | None:
+def run_started_at(layout: CheckpointLayout) -> float | None:
     """When the newest run of a local checkpoint started (it rewrites the run lock file)."""
-    if local_root is None:
+    path = layout.run_lock_file
+    if path is None:
         return None
     try:
-        return os.path.getmtime(os.path.join(local_root, RUN_LOCK_FILE))
+        return os.path.getmtime(path)
     except OSError:
         return None
 
@@ -219,15 +220,15 @@ def inspect_all(
     limit: int | None = 20,
 ) -> dict[str, Any]:
     """Batches and/or state sizes as a JSON-ready document."""
-    log = load_batch_log(target.spark_dir, target.engine)
+    log = load_batch_log(target.layout, target.engine)
     doc: dict[str, Any] = {"checkpoint": target.checkpoint_root}
     last = log.last_committed()
     doc["last_committed_batch"] = None if last is None else last.batch_id
     # After `inorder repair` the output's batch ids are this checkpoint's plus an offset.
     doc["output_batch_offset"] = target.batch_offset
     if want_batches:
-        history = read_history(target.checkpoint_root)
-        started = run_started_at(target.layout.local_root)
+        history = read_history(target.layout)
+        started = run_started_at(target.layout)
         doc["batches"] = [asdict(b) for b in batches(log, limit, history, started)]
         snapshots = output_snapshots(target, limit)
         if snapshots is not None:

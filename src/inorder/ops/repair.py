@@ -13,7 +13,9 @@ The procedure (docs/operations.md, "Repair"), per topic-partition:
    start (a snapshot: ``processor.starts_session``), so empty state at ``R`` reproduces the
    original output. ``--session S`` also moves ``R`` to or before ``S``'s latest start.
 3. **Output**: rows at offsets ``>= R`` are deleted (:mod:`inorder.ops.repair_output`).
-4. **Checkpoint**: moved to ``<checkpoint>.bak-<UTC time>``; a fresh one holds only
+4. **Checkpoint**: moved to ``<checkpoint>.bak-<UTC time>`` (local or S3 alike: on S3 each
+   object is copied, :meth:`~inorder.checkpoint.layout.CheckpointLayout.move_to`); a fresh
+   one holds only
    ``inorder-checkpoint.json`` with the *same* owner id (the sink keeps accepting it),
    ``batch_offset`` = the sink's last committed batch + 1 (its batch ids continue the
    sink's numbering: :class:`~inorder.sinks.offset_ids.BatchIdOffset`) and
@@ -26,12 +28,15 @@ recomputes the same plan and skips what is done; a repair applied twice finds no
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from inorder.checkpoint.info import CheckpointInfo
+from inorder.checkpoint.layout import CheckpointLayout
+from inorder.checkpoint.names import CHECKPOINT_FILE, REPAIR_NEW_SUFFIX
 from inorder.errors import ConfigError, InorderError
 from inorder.kafka.offsets import EARLIEST, LATEST
 from inorder.ops.batchlog import load_batch_log
@@ -40,45 +45,34 @@ from inorder.ops.repair_output import count_rows, delete_rows
 from inorder.ops.repair_plan import PartitionRepair, RepairPlan
 from inorder.ops.repair_scan import scan_partition
 from inorder.ops.target import OpsTarget
-from inorder.pipeline.checkpoint_layout import CHECKPOINT_FILE, CheckpointLayout
-from inorder.pipeline.identity import IDENTITY_FIELD, SETTINGS_FIELD
 from inorder.pipeline.resume import resume_overrides  # noqa: F401 (its earlier home)
 from inorder.records import TopicPartition
 
 CHECKPOINT_INFO = CHECKPOINT_FILE
-NEW_SUFFIX = ".repair-new"
+NEW_SUFFIX = REPAIR_NEW_SUFFIX
 
 
 # -- the checkpoint -------------------------------------------------------------------------------
 
 
-def _local(path: str) -> str:
-    if "://" in path and not path.startswith("file://"):
-        raise InorderError(f"checkpoint {path!r}: repair needs a local (or mounted) checkpoint")
-    return os.path.abspath(path.removeprefix("file://"))
-
-
 def read_info(root: str) -> dict[str, Any] | None:
-    """The checkpoint's ``inorder-checkpoint.json`` (``None`` when absent)."""
+    """The ``inorder-checkpoint.json`` of the checkpoint at ``root`` as stored (``None`` when
+    absent); for callers holding only a path."""
     return CheckpointLayout.of(root).read_info()
 
 
-def _write_info(root: str, info: dict[str, Any]) -> None:
-    CheckpointLayout.of(root).write_info(info)
-
-
-def _finish_swap(root: str) -> bool:
+def _finish_swap(layout: CheckpointLayout) -> bool:
     """A crash between moving the old checkpoint away and the new one in: finish it."""
-    staged = root + NEW_SUFFIX
-    if not os.path.exists(root) and os.path.isdir(staged):
-        os.rename(staged, root)
+    staged = layout.staged()
+    if not layout.exists() and staged.exists():
+        staged.move_to(layout)
         return True
     return False
 
 
-def _spark_batches(root: str) -> int:
+def _spark_batches(layout: CheckpointLayout) -> int:
     try:
-        return len(CheckpointLayout.of(root).planned_batches())
+        return len(layout.planned_batches())
     except (OSError, InorderError):
         return 0
 
@@ -86,10 +80,10 @@ def _spark_batches(root: str) -> int:
 # -- planning -------------------------------------------------------------------------------
 
 
-def _owner(target: OpsTarget, info: Mapping[str, Any] | None) -> str:
+def _owner(target: OpsTarget, info: CheckpointInfo | None) -> str:
     """The checkpoint id the output was written by: kept, so the sink accepts the new one."""
-    if info is not None and info.get("id"):
-        return str(info["id"])
+    if info is not None and info.id:
+        return info.id
     from inorder.ops.output import sink_kind
 
     sink: Any = target.sink
@@ -167,14 +161,14 @@ def plan_repair(
     ``use_validate`` first runs :func:`inorder.ops.validate.validate`: each partition whose
     output differs from the recomputation fails at its first differing offset.
     """
-    root = _local(target.checkpoint_root)
+    layout = target.layout
     notes: list[str] = []
     if use_validate:
         at_offsets = dict(at_offsets or {})
         at_offsets.update(_validate_failures(target, at_offsets))
-    if _finish_swap(root):
+    if _finish_swap(layout):
         notes.append("finished a repair that stopped before its new checkpoint was in place")
-    info = read_info(root)
+    info = layout.info()
     owner = _owner(target, info)
     sinks: list[tuple[str, Any]] = [("output", target.sink)]
     if target.pipeline.dead_letter is not None:
@@ -182,22 +176,24 @@ def plan_repair(
     for _, sink in sinks:
         sink.bind(owner)
     lasts = [b for b in (_last_batch(s) for _, s in sinks) if b is not None]
-    old_offset = int((info or {}).get("batch_offset", 0))
+    old_offset = info.offset if info is not None else 0
     batch_offset = max(lasts) + 1 if lasts else old_offset
-    plan = RepairPlan(target.pipeline.name, root, owner, batch_offset, notes=notes)
+    plan = RepairPlan(
+        target.pipeline.name, layout.local_root or layout.root, owner, batch_offset, notes=notes
+    )
 
     try:
-        log = load_batch_log(CheckpointLayout.of(root).spark_dir, target.engine)
+        log = load_batch_log(layout, target.engine)
     except Exception:  # a damaged engine directory: batch times unknown, boundaries still used
-        log = load_batch_log(CheckpointLayout.of(root).spark_dir)
+        log = load_batch_log(layout)
     last = log.last_committed()
     fresh_starts: dict[TopicPartition, int] = {}
     fresh_failures: dict[TopicPartition, int] = {}
-    if info is not None and info.get("startingOffsets") and not log.batches:
+    if info is not None and info.starting_offsets and not log.batches:
         # A repaired checkpoint that has not run: its plan's failure points still hold, so
         # planning again gives the same plan (and finds nothing left to do).
-        fresh_starts = _per_partition(info["startingOffsets"])
-        fresh_failures = _per_partition(info.get("repaired", {}).get("failure_points", {}))
+        fresh_starts = _per_partition(info.starting_offsets)
+        fresh_failures = _per_partition(info.failure_points)
 
     from inorder.ops.output import OutputView
 
@@ -286,15 +282,15 @@ def plan_repair(
     plan.nothing_to_do = (
         info is not None
         and not log.batches
-        and _spark_batches(root) == 0
-        and "repair_pending" not in info
-        and info.get("startingOffsets") == plan.starting_offsets()
-        and int(info.get("batch_offset", 0)) == plan.batch_offset
+        and _spark_batches(layout) == 0
+        and info.repair_pending is None
+        and info.starting_offsets == plan.starting_offsets()
+        and info.offset == plan.batch_offset
         and all(o.rows == 0 for o in plan.outputs)
         and not any(t.needed for t in plan.tables)
     )
-    if not plan.nothing_to_do and os.path.exists(root):
-        plan.backup = f"{root}.bak-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    if not plan.nothing_to_do and layout.exists():
+        plan.backup = layout.backup(datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")).root
     return plan
 
 
@@ -328,11 +324,11 @@ def apply_repair(target: OpsTarget, plan: RepairPlan) -> RepairPlan:
     """Perform ``plan``: mark, delete output rows, back up and replace the checkpoint."""
     if plan.nothing_to_do:
         return plan
-    root = plan.checkpoint
-    info = read_info(root)
+    layout = target.layout
+    info = layout.info()
     if info is not None:
         # From here until the new checkpoint is in place `inorder run` refuses to start.
-        _write_info(root, {**info, "repair_pending": plan.to_json()})
+        layout.write_info(replace(info, repair_pending=plan.to_json()))
     sinks: list[tuple[str, Any]] = [("output", target.sink)]
     if target.pipeline.dead_letter is not None:
         sinks.append(("dead-letter", target.pipeline.dead_letter))
@@ -346,23 +342,18 @@ def apply_repair(target: OpsTarget, plan: RepairPlan) -> RepairPlan:
             # same first rolled-back batch in them (a restored table is left alone).
             restore_tables(writer, plan.tables_from_batch)
     plan.outputs = [delete_rows(name, sink, starts) for name, sink in sinks]
-    if plan.backup is not None and os.path.exists(plan.backup):
+    # The backup is a sibling the layout named (a path it made, not one given by a user).
+    if plan.backup is not None and CheckpointLayout(plan.backup).exists():
         plan.backup = f"{plan.backup}-{uuid.uuid4().hex[:6]}"
-    staged = root + NEW_SUFFIX
-    if os.path.isdir(staged):
-        import shutil
-
-        shutil.rmtree(staged)
-    os.makedirs(staged)
+    staged = layout.staged()
+    staged.remove()
     # The repaired checkpoint belongs to the same pipeline: keep what identifies it.
-    kept = {
-        k: v for k, v in (info or {}).items() if k in (IDENTITY_FIELD, SETTINGS_FIELD, "history")
-    }
-    _write_info(staged, {**kept, **plan.checkpoint_info()})
-    if os.path.exists(root):
+    kept = info.pipeline_part() if info is not None else CheckpointInfo()
+    staged.write_info(plan.checkpoint_info(kept))
+    if layout.exists():
         assert plan.backup is not None
-        os.rename(root, plan.backup)
-    os.rename(staged, root)
+        layout.move_to(CheckpointLayout(plan.backup))
+    staged.move_to(layout)
     plan.applied = True
     return plan
 

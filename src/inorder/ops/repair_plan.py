@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from inorder.checkpoint.info import CheckpointInfo
 from inorder.kafka.offsets import EARLIEST
 from inorder.ops.repair_output import OutputDeletion
 from inorder.records import TopicPartition
@@ -89,18 +90,20 @@ class RepairPlan:
         """Per consumed partition, the offset from which output rows go."""
         return {p.tp: p.start for p in self.partitions if p.start >= 0}
 
-    def checkpoint_info(self) -> dict[str, Any]:
-        """The content of the fresh ``inorder-checkpoint.json``."""
-        return {
-            "id": self.owner,
-            "batch_offset": self.batch_offset,
-            "startingOffsets": self.starting_offsets(),
-            "repaired": {
+    def checkpoint_info(self, kept: CheckpointInfo | None = None) -> CheckpointInfo:
+        """The fresh checkpoint's info file: ``kept`` (what identifies the pipeline) with the
+        owner id, the batch id offset, the starting offsets and what the repair did."""
+        return replace(
+            kept or CheckpointInfo(),
+            id=self.owner,
+            batch_offset=self.batch_offset,
+            starting_offsets=self.starting_offsets(),
+            repaired={
                 "at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "backup": self.backup,
                 "failure_points": self.failure_points(),
             },
-        }
+        )
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable form."""

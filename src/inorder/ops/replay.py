@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 import msgspec
 
+from inorder.checkpoint.state_files import load_partition_state, loadable_versions
 from inorder.codecs.base import DecodeError
 from inorder.engine.apply import OrderedApplier
 from inorder.engine.context import from_micros
@@ -33,7 +34,6 @@ from inorder.errors import ConfigError, InorderError
 from inorder.ops.batchlog import Segment, load_batch_log
 from inorder.ops.kafka_reads import read_chunks, watermarks
 from inorder.ops.recompute import plan_segments
-from inorder.ops.statefiles import load_partition_state, loadable_versions
 from inorder.ops.target import OpsTarget
 from inorder.records import RecordTuple, TopicPartition
 from inorder.state.entry import KeyEntry, PartitionMeta
@@ -198,7 +198,7 @@ class Replayer:
         if tp not in marks:
             raise InorderError(f"topic {tp.topic!r} partition {tp.partition} not found in Kafka")
         low, high = marks[tp].low, marks[tp].high
-        log = load_batch_log(target.spark_dir, target.engine)
+        log = load_batch_log(target.layout, target.engine)
         start, entries, meta = self._start(log, low)
         end = high if opts.to_offset is None else min(high, opts.to_offset + 1)
         self.summary.start_offset = start

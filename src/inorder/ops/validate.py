@@ -30,12 +30,12 @@ from collections.abc import Callable, Mapping
 
 import pyarrow.compute as pc
 
+from inorder.checkpoint.state_files import load_partition_state, loadable_versions
 from inorder.kafka.planning import Watermarks
 from inorder.ops.batchlog import BatchEntry, BatchLog, load_batch_log
 from inorder.ops.kafka_reads import offsets_for_time, partitions, watermarks
 from inorder.ops.output import OutputView
 from inorder.ops.recompute import DEFAULT_CHUNK_RECORDS, PartitionRecompute, plan_segments
-from inorder.ops.statefiles import load_partition_state, loadable_versions
 from inorder.ops.target import OpsTarget
 from inorder.ops.validate_compare import Comparer
 from inorder.ops.validate_progress import ProgressLine
@@ -140,7 +140,7 @@ def validate(
     """Recompute every partition of the pipeline and compare with the committed output
     (``progress``: told the offsets planned and the records checked, chunk by chunk)."""
     report = ValidationReport()
-    log = load_batch_log(target.spark_dir, target.engine)
+    log = load_batch_log(target.layout, target.engine)
     sink = target.sink
     output_last = sink.last_committed_batch() if isinstance(sink, StoredSink) else None
     # After `inorder repair` the output numbers this checkpoint's batch b as offset + b.

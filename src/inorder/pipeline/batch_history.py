@@ -22,11 +22,12 @@ from collections import deque
 from dataclasses import asdict
 from typing import Any
 
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
+from inorder.checkpoint.layout import CheckpointLayout
+from inorder.checkpoint.names import HISTORY_FILE
 from inorder.pipeline.progress import BatchProgress
 
-#: The history file, under the checkpoint root.
-HISTORY_FILE = "inorder-batches.jsonl"
+__all__ = ["HISTORY_FILE", "MAX_BYTES", "BatchHistory", "read_history"]
+
 #: Size at which the history file is rotated (one older file is kept).
 MAX_BYTES = 8 * 1024 * 1024
 #: Batches kept in memory (for object-store checkpoints and the same-process page).
@@ -36,8 +37,8 @@ MEMORY_BATCHES = 1000
 class BatchHistory:
     """Records each batch's progress line (a run observer; never fails the run)."""
 
-    def __init__(self, checkpoint: str, max_bytes: int = MAX_BYTES) -> None:
-        self._path = history_path(checkpoint)
+    def __init__(self, layout: CheckpointLayout, max_bytes: int = MAX_BYTES) -> None:
+        self._path = layout.history_file
         self._max_bytes = max_bytes
         self._lock = threading.Lock()
         self.recent: deque[dict[str, Any]] = deque(maxlen=MEMORY_BATCHES)
@@ -69,12 +70,6 @@ class BatchHistory:
         """Nothing to release."""
 
 
-def history_path(checkpoint: str) -> str | None:
-    """The history file of a local checkpoint (``None`` on an object store)."""
-    local = CheckpointLayout.of(checkpoint).local_root
-    return None if local is None else os.path.join(local, HISTORY_FILE)
-
-
 def _lines(path: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     try:
@@ -91,11 +86,13 @@ def _lines(path: str) -> list[dict[str, Any]]:
     return out
 
 
-def read_history(checkpoint: str, recent: list[dict[str, Any]] | None = None) -> dict[int, Any]:
+def read_history(
+    layout: CheckpointLayout, recent: list[dict[str, Any]] | None = None
+) -> dict[int, Any]:
     """The recorded lines by batch id (the file's, then ``recent`` ones from memory).
 
     A batch recorded twice (a re-run after a crash) keeps its newest line.
     """
-    path = history_path(checkpoint)
+    path = layout.history_file
     lines = [] if path is None else _lines(path + ".1") + _lines(path)
     return {int(doc["batch_id"]): doc for doc in [*lines, *(recent or [])]}

@@ -28,14 +28,12 @@ from typing import Any
 
 import pyarrow as pa
 
+# The info file's keys, named where earlier releases imported them from.
+from inorder.checkpoint.info import IDENTITY_FIELD as IDENTITY_FIELD
+from inorder.checkpoint.info import SETTINGS_FIELD as SETTINGS_FIELD
 from inorder.errors import ConfigError
 from inorder.redaction import MASK, mask_secrets
 from inorder.sinks.evolution import schema_change
-
-#: Field of the checkpoint info file holding the identity.
-IDENTITY_FIELD = "pipeline"
-#: Field of the checkpoint info file holding the recorded settings.
-SETTINGS_FIELD = "settings"
 
 
 def _unwrap_sink(sink: Any) -> Any:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from inorder.checkpoint.layout import CheckpointLayout
+from inorder.checkpoint.names import CHECKPOINT_FILE
 from inorder.durations import parse_duration
 from inorder.errors import ConfigError
-from inorder.pipeline.checkpoint_layout import CHECKPOINT_FILE, CheckpointLayout
 
 __all__ = ["CHECKPOINT_FILE", "checkpoint_owner", "trigger_kwargs"]
 
@@ -25,6 +26,9 @@ def trigger_kwargs(trigger: str) -> dict[str, Any]:
     return {"processingTime": f"{int(interval.total_seconds() * 1000)} milliseconds"}
 
 
-def checkpoint_owner(checkpoint: str) -> str:
-    """The checkpoint's id (see :meth:`CheckpointLayout.ensure_owner`)."""
-    return CheckpointLayout.of(checkpoint).ensure_owner()
+def checkpoint_owner(checkpoint: CheckpointLayout | str) -> str:
+    """The checkpoint's id (see :meth:`CheckpointLayout.ensure_owner`); a string is the root
+    of a checkpoint whose layout the caller does not hold."""
+    if isinstance(checkpoint, str):
+        checkpoint = CheckpointLayout.of(checkpoint)
+    return checkpoint.ensure_owner()

@@ -11,11 +11,11 @@ import dataclasses
 import json
 from typing import Any
 
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.errors import InorderError
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 
 
-def resume_overrides(pipeline: Any, checkpoint: str) -> Any:
+def resume_overrides(pipeline: Any, layout: CheckpointLayout) -> Any:
     """The pipeline as a repaired checkpoint runs it (the runner calls this before starting).
 
     ``batch_offset`` wraps the sinks in :class:`~inorder.sinks.offset_ids.BatchIdOffset`;
@@ -25,21 +25,21 @@ def resume_overrides(pipeline: Any, checkpoint: str) -> Any:
 
     from inorder.sinks.offset_ids import BatchIdOffset
 
-    info = CheckpointLayout.of(checkpoint).read_info()
+    info = layout.info()
     if info is None:
         return pipeline
-    if "repair_pending" in info:
+    if info.repair_pending is not None:
         raise InorderError(
-            f"checkpoint {checkpoint}: a repair was started and did not finish; run "
+            f"checkpoint {layout.root}: a repair was started and did not finish; run "
             "`inorder repair PIPELINE --apply` again before running the pipeline"
         )
     changes: dict[str, Any] = {}
-    offset = int(info.get("batch_offset", 0))
+    offset = info.offset
     if offset > 0 and not isinstance(pipeline.sink, BatchIdOffset):
         changes["sink"] = BatchIdOffset(pipeline.sink, offset)
         if pipeline.dead_letter is not None:
             changes["dead_letter"] = BatchIdOffset(pipeline.dead_letter, offset)
-    starting = info.get("startingOffsets")
+    starting = info.starting_offsets
     if starting and hasattr(pipeline.source, "starting_offsets"):
         text = json.dumps(starting, sort_keys=True)
         changes["source"] = dataclasses.replace(pipeline.source, starting_offsets=text)

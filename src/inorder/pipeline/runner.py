@@ -18,23 +18,21 @@ import threading
 import time
 from collections.abc import Callable
 from functools import cached_property
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from inorder.checkpoint.info import CheckpointInfo
+from inorder.checkpoint.layout import CheckpointLayout
+from inorder.checkpoint.lease import DEFAULT_DURATION, CheckpointLease
 from inorder.errors import ConfigError, InorderError
 from inorder.integrity_fit import check_fits
 from inorder.pipeline.batch_history import BatchHistory
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.failures import explain_exception, explain_failure
 from inorder.pipeline.identity import (
-    IDENTITY_FIELD,
-    SETTINGS_FIELD,
     PipelineIdentity,
     RecordedSettings,
     check_identity,
 )
-from inorder.pipeline.lease import DEFAULT_DURATION, CheckpointLease
 from inorder.pipeline.observer import SafeObservers
 from inorder.pipeline.progress import (
     ProgressReporter,
@@ -92,7 +90,7 @@ class PipelineRunner:
         observers = list(pipeline.observers)
         if not any(isinstance(o, BatchHistory) for o in observers):
             # Where each batch's time went and what it wrote, kept for the status page.
-            observers.append(BatchHistory(str(pipeline.checkpoint)))
+            observers.append(BatchHistory(self.layout))
         self._observers = SafeObservers(observers)
         self._backend: Any = None
         self._materializer: Any = None
@@ -116,17 +114,8 @@ class PipelineRunner:
         return CheckpointLayout.of(self.pipeline.checkpoint)
 
     def _check_checkpoint_writable(self) -> None:
-        root = self.checkpoint
-        if "://" in root and not root.startswith("file://"):
-            return  # remote filesystems are checked by the backend when it opens the store
-        path = Path(root.removeprefix("file://"))
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            probe = path / ".inorder-write-probe"
-            probe.write_text("ok")
-            probe.unlink()
-        except OSError as exc:
-            raise ConfigError(f"checkpoint {root!r} is not writable: {exc.strerror}") from None
+        # Remote filesystems are checked by the backend when it opens the store.
+        self.layout.write_probe()
 
     # -- building ----------------------------------------------------------------------------
 
@@ -158,7 +147,7 @@ class PipelineRunner:
         archive reads the archived offsets itself.
         """
         p = self.pipeline
-        return p.backend == "partition" and not p.source.archive
+        return p.backend == "partition" and not p.source.reads_archive
 
     def _worker_pools(self) -> tuple[str | None, ...]:
         """The Python worker pools the batches use (spark/worker_pools.py)."""
@@ -266,9 +255,9 @@ class PipelineRunner:
         check_fits(self.pipeline.resolved_integrity(), self.pipeline.processor)
 
         # Job version (sink wrapper) and initial state (starting offsets) when configured.
-        self.pipeline, seeding = prepare_pipeline(self.pipeline, self.checkpoint)
+        self.pipeline, seeding = prepare_pipeline(self.pipeline, self.layout)
         # What `inorder repair` left in the checkpoint: batch id offset, starting offsets.
-        self.pipeline = resume_overrides(self.pipeline, self.checkpoint)
+        self.pipeline = resume_overrides(self.pipeline, self.layout)
         p = self.pipeline
         summary = RunSummary(
             output=p.sink.describe(),
@@ -388,21 +377,16 @@ class PipelineRunner:
         except (TypeError, InorderError):
             return  # the backend's check names the problem with the output type
         current = PipelineIdentity.of(p, schema)
-        info = layout.read_info() or {}
-        recorded_data = info.get(IDENTITY_FIELD)
-        recorded = PipelineIdentity.from_json(recorded_data) if recorded_data else None
+        info = layout.info() or CheckpointInfo()
+        recorded = PipelineIdentity.from_json(info.identity) if info.identity else None
         for note in check_identity(recorded, current, layout.root, self.accept_changes):
             self.reporter.info(f"inorder: {note}")
         settings = self.settings or RecordedSettings.of("python", None)
-        history = list(info.get("history") or [])
-        if recorded is not None and recorded != current:
-            history.append({"until": settings.recorded_at, IDENTITY_FIELD: recorded.to_json()})
-        layout.update_info(
-            **{
-                IDENTITY_FIELD: current.to_json(),
-                SETTINGS_FIELD: settings.to_json(),
-                "history": history[-20:],
-            }
+        replaced = recorded.to_json() if recorded is not None and recorded != current else None
+        layout.write_info(
+            info.with_identity(
+                current.to_json(), settings.to_json(), replaced, settings.recorded_at
+            )
         )
 
     def _raise_failure(self, query: Any) -> None:
@@ -444,7 +428,7 @@ class PipelineRunner:
         batch_id, started = running
         done, total = task_counts(self._spark)
         if self._planned[0] != batch_id:
-            self._planned = (batch_id, planned_records(self.checkpoint, batch_id))
+            self._planned = (batch_id, planned_records(self.layout, batch_id))
         show(RunningBatch(batch_id, time.monotonic() - started, done, total, self._planned[1]))
 
     def stop(self) -> None:

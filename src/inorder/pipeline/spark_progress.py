@@ -8,7 +8,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
+from inorder.checkpoint.layout import CheckpointLayout
+from inorder.checkpoint.spark_log import parse_offsets_entry
+from inorder.errors import InorderError
 from inorder.pipeline.progress import BatchProgress
 from inorder.records import TopicPartition
 
@@ -166,20 +168,16 @@ def task_counts(spark: Any) -> tuple[int, int]:
         return 0, 0
 
 
-def planned_records(checkpoint: str, batch_id: int) -> int | None:
+def planned_records(layout: CheckpointLayout, batch_id: int) -> int | None:
     """Offsets a micro-batch covers, from Spark's offsets log."""
     from inorder.kafka.offsets import SourceOffset
-
-    layout = CheckpointLayout.of(checkpoint)
 
     def offset_of(n: int) -> SourceOffset | None:
         try:
             entry = layout.offsets_entry(n)
-            if entry is None:
-                return None
-            lines = [line for line in entry.splitlines() if line.strip()]
-            return SourceOffset.from_dict(json.loads(lines[-1]))
-        except (OSError, ValueError, IndexError, KeyError):
+            source = None if entry is None else parse_offsets_entry(entry)
+            return None if source is None else SourceOffset.from_dict(source)
+        except (OSError, ValueError, KeyError, InorderError):
             return None
 
     end = offset_of(batch_id)

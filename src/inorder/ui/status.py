@@ -16,12 +16,11 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.ops.batchlog import load_batch_log
 from inorder.ops.inspect import PartitionStateInfo, batches, run_started_at, state_sizes
 from inorder.ops.target import OpsTarget
 from inorder.pipeline.batch_history import BatchHistory, read_history
-from inorder.pipeline.checkpoint_layout import RUN_LOCK_FILE
-from inorder.pipeline.identity import SETTINGS_FIELD
 from inorder.records import TopicPartition
 from inorder.redaction import mask_secrets
 from inorder.ui.output import RESETS_SHOWN, OutputInfo, read_output
@@ -46,7 +45,7 @@ def _version() -> str:
     return __version__
 
 
-def _running(local_root: str | None) -> bool | None:
+def _running(layout: CheckpointLayout) -> bool | None:
     """Whether a run holds the checkpoint's lock now (``None``: cannot tell from here).
 
     Never by taking the lock: a probe holding it, however briefly, could make a starting
@@ -54,9 +53,9 @@ def _running(local_root: str | None) -> bool | None:
     inode; elsewhere the lock file's ``pid N on HOST`` line and whether that process lives
     must do (a process that ran a pipeline and lives on then counts as running).
     """
-    if local_root is None:
+    path = layout.run_lock_file
+    if path is None:
         return None
-    path = os.path.join(local_root, RUN_LOCK_FILE)
     try:
         info = os.stat(path)
         with open(path, encoding="utf-8") as handle:
@@ -103,8 +102,8 @@ def _held_locks() -> set[tuple[int, int, int]] | None:
 
 def _config(reference: str, target: OpsTarget) -> dict[str, Any]:
     """The pipeline's settings with every secret-named value masked."""
-    info = target.layout.read_info() or {}
-    recorded = info.get(SETTINGS_FIELD) or {}
+    info = target.layout.info()
+    recorded = (info.settings if info is not None else None) or {}
     if reference.endswith(".toml"):
         from inorder.pipeline.config import load_toml
 
@@ -190,12 +189,12 @@ class StatusSource:
 
     def _status(self) -> dict[str, Any]:
         target = self.target
-        running = _running(target.layout.local_root)
+        running = _running(target.layout)
         # The history before the log: a run records a batch's line after Spark's commit, so
         # every line read here belongs to a batch the log (read next) shows committed.
         recent = list(self.history.recent) if self.history is not None else None
-        history = read_history(target.checkpoint_root, recent)
-        log = load_batch_log(target.spark_dir, target.engine)
+        history = read_history(target.layout, recent)
+        log = load_batch_log(target.layout, target.engine)
         last = log.last_committed()
         self._refresh_committed(
             (None, None) if last is None else (last.batch_id, last.committed_at), log
@@ -203,7 +202,7 @@ class StatusSource:
         self._broker(log.partitions())
         if self._config is None:
             self._config = _config(self.reference, target)
-        infos = batches(log, None, history, run_started_at(target.layout.local_root))
+        infos = batches(log, None, history, run_started_at(target.layout))
         events = integrity_events(self.reference, infos, history)
         spark_lag = None
         if history:
