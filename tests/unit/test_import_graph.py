@@ -113,6 +113,27 @@ def test_no_import_cycles() -> None:
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
+def _imports_into(graph: dict[str, set[str]], lower: str, upper: str) -> set[tuple[str, str]]:
+    return {
+        (module, target)
+        for module, targets in graph.items()
+        if module.startswith(lower)
+        for target in targets
+        if target.startswith(upper)
+    }
+
+
+def test_the_source_rooms_import_no_archive() -> None:
+    # kafka/ defines the Source protocol the archive's TieredSource implements; the ops tools
+    # read through it. Neither reaches up into archive/ (type-only imports count too).
+    graph = import_graph()
+    upward = _imports_into(graph, "inorder.kafka", "inorder.archive")
+    assert not upward, f"kafka/ imports archive/: {sorted(upward)}"
+    for tool in ("inorder.ops.kafka_reads", "inorder.ops.target"):
+        upward = _imports_into(graph, tool, "inorder.archive")
+        assert not upward, f"{tool} imports archive/: {sorted(upward)}"
+
+
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []

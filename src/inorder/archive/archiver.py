@@ -33,7 +33,7 @@ from inorder.archive.layout import ARCHIVE_SCHEMA, PARTITION_BY, ArchivedRange, 
 from inorder.ddl import arrow_ddl
 from inorder.engine.task import INPUT_EXPRS
 from inorder.errors import ConfigError, InorderError
-from inorder.kafka.consumer import MARKER_HEADER
+from inorder.kafka.markers import marker_rows
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.query import checkpoint_owner, trigger_kwargs
 from inorder.sinks.base import Sink, SinkError, WrittenFile
@@ -73,31 +73,26 @@ def _headers(text: str | None) -> list[dict[str, Any]] | None:
     ]
 
 
+def _json_headers(batch: pa.RecordBatch) -> list[list[tuple[str, bytes | None]] | None]:
+    """Per-row headers of the ``headers_json`` column, as ``(key, value)`` pairs."""
+    return [
+        None if headers is None else [(h["key"], h["value"]) for h in headers]
+        for headers in map(_headers, batch.column("headers_json").to_pylist())
+    ]
+
+
 def _marker_range(batch: pa.RecordBatch) -> tuple[pa.Array, tuple[str, int, int, int] | None]:
     """Mask of marker rows and the (topic, partition, start, end) the first one announces."""
-    candidate = pc.and_(
-        pc.and_(pc.is_null(batch.column("key")), pc.is_null(batch.column("value"))),
-        pc.and_(
-            pc.fill_null(pc.equal(batch.column("timestampType"), -1), False),
-            pc.is_valid(batch.column("headers_json")),
-        ),
-    )
-    if not pc.any(candidate).as_py():
-        return candidate, None
-    flags = []
-    found: tuple[str, int, int, int] | None = None
-    topics = batch.column("topic").to_pylist()
-    parts = batch.column("partition").to_pylist()
-    for i, (c, text) in enumerate(
-        zip(candidate.to_pylist(), batch.column("headers_json").to_pylist(), strict=True)
-    ):
-        headers = _headers(text) if c else None
-        is_marker = bool(headers) and len(headers or []) == 1 and headers[0]["key"] == MARKER_HEADER  # type: ignore[index]
-        flags.append(is_marker)
-        if is_marker and found is None:
-            start, _, end = bytes(headers[0]["value"]).decode().partition("-")  # type: ignore[index]
-            found = (str(topics[i]), int(parts[i]), int(start), int(end))
-    return pa.array(flags, pa.bool_()), found
+    found = marker_rows(batch, _json_headers)
+    if not found:  # most batches: no Python list of flags
+        return pa.repeat(pa.scalar(False), batch.num_rows), None
+    flags = [False] * batch.num_rows
+    for i, _, _ in found:
+        flags[i] = True
+    first, start, end = found[0]
+    topic = batch.column("topic")[first].as_py()
+    partition = batch.column("partition")[first].as_py()
+    return pa.array(flags, pa.bool_()), (str(topic), int(partition), start, end)
 
 
 def to_archive_batch(data: pa.RecordBatch) -> pa.RecordBatch:
@@ -306,7 +301,7 @@ class Archive:
         """Run until the trigger ends (available-now/once), a stop, or ``stop_after_batches``."""
         from inorder.pipeline.spark import build_spark_session
 
-        if getattr(self.source, "archive", None):
+        if self.source.reads_archive:
             raise ConfigError("archive: the archive's source must read Kafka, not an archive")
         started = time.monotonic()
         trigger = trigger_kwargs(self.trigger)

@@ -18,6 +18,12 @@ Options: those of ``inorder-kafka`` plus ``inorder.archive`` (the archive path) 
 ``inorder.archiveStorageOptions`` (JSON object of S3 settings; the AWS_* environment
 variables are used otherwise). The archive is read ``read_committed``: the source refuses
 ``kafka.isolation.level=read_uncommitted``.
+
+:class:`TieredSource` is the pipeline-facing side (the
+:class:`~inorder.kafka.source_protocol.Source` a ``Pipeline`` reads when its ``KafkaSource``
+names an archive): it loads this data source and gives the operations tools
+:class:`TieredOptions`, which read ranges and metadata through the archive themselves
+(:class:`~inorder.kafka.source_protocol.RangeReader`).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from pyspark.sql.datasource import DataSource, InputPartition
 from inorder.archive.coverage import Coverage, first_offset_at, load_coverage, read_archived
 from inorder.errors import ConfigError
 from inorder.kafka.admin import KafkaAdmin
+from inorder.kafka.api import KafkaSource
 from inorder.kafka.consumer import marker_batch, read_range
 from inorder.kafka.options import SourceOptions, parse_options
 from inorder.kafka.planning import Watermarks
@@ -59,6 +66,19 @@ class TieredOptions(SourceOptions):
     def storage(self) -> dict[str, str] | None:
         """The archive's storage options (``None``: from the environment)."""
         return dict(self.archive_storage_options) or None
+
+    def admin(self) -> KafkaAdmin:
+        """Kafka's metadata with the archive's offsets merged in (the operations tools')."""
+        return TieredAdmin(self)
+
+    def read_records(self, tp: TopicPartition, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        """Records of ``tp`` in ``[start, end)``: from the archive below its end, then Kafka."""
+        archive_end, files = plan_tiered(
+            load_coverage(self.archive, self.storage()), tp, start, end
+        )
+        return read_tiered_range(
+            self, tp, start, end, archive_end=archive_end, files=files, markers=False
+        )
 
 
 def parse_tiered_options(options: Mapping[str, str]) -> TieredOptions:
@@ -285,3 +305,67 @@ def tiered_load_options(archive: str, storage: Mapping[str, str] | None) -> dict
     if storage:
         out[ARCHIVE_STORAGE_OPTION] = json.dumps(dict(storage))
     return out
+
+
+@dataclass(frozen=True, repr=False)
+class TieredSource(KafkaSource):
+    """A :class:`~inorder.kafka.api.KafkaSource` read from its archive up to the archive's
+    end, then from Kafka (``archive`` is required; see docs/archive.md).
+
+    A ``Pipeline`` whose ``KafkaSource`` names an archive reads it as one of these (it turns
+    the source into one when it is built, :meth:`of`); the TOML ``archive`` setting comes the
+    same way. It is the Kafka source's value with the archive's reading added, not a wrapper
+    around one, so whatever treats a pipeline's source as that value keeps working unchanged:
+    ``dataclasses.replace(source, starting_offsets=...)`` (where a repaired checkpoint or an
+    initial state starts), the recorded identity (its Kafka options), the settings' type.
+    """
+
+    def __post_init__(self) -> None:
+        if not self.archive:
+            raise ConfigError("archive: required (the path of an `inorder archive` dataset)")
+
+    @classmethod
+    def of(cls, source: KafkaSource) -> TieredSource:
+        """``source`` (naming its archive) as a tiered source."""
+        if isinstance(source, TieredSource):
+            return source
+        return cls(**{f.name: getattr(source, f.name) for f in dataclasses.fields(KafkaSource)})
+
+    def __repr__(self) -> str:
+        kafka = super().__repr__().removeprefix("KafkaSource(")[:-1]
+        return f"TieredSource({kafka}, archive={self.archive!r})"
+
+    @property
+    def archive_path(self) -> str:
+        """The archive's path (always set: checked when the source is made)."""
+        return self.archive or ""
+
+    @property
+    def reads_archive(self) -> bool:
+        """Always: the archive below its end, then Kafka."""
+        return True
+
+    def read_options(self) -> TieredOptions:
+        """The Kafka options reading below Kafka from the archive (operations tools)."""
+        return tiered_options_of(
+            parse_options(self.to_options()), self.archive_path, self.archive_storage_options
+        )
+
+    def check(
+        self, extra_options: Mapping[str, str] | None = None, *, bounded: bool = False
+    ) -> list[str]:
+        """The Kafka source's checks, then the archive's coverage is loaded (fails early)."""
+        notes = super().check(extra_options, bounded=bounded)
+        load_coverage(self.archive_path, dict(self.archive_storage_options) or None)
+        return notes
+
+    def load(self, spark: Any, extra_options: Mapping[str, str] | None = None) -> Any:
+        """The streaming DataFrame of ``inorder-tiered`` (checks options and broker first)."""
+        from inorder.spark.worker_pools import in_pool
+
+        options = {**self.to_options(), **(extra_options or {})}
+        self.check(extra_options)
+        options.update(tiered_load_options(self.archive_path, self.archive_storage_options))
+        with in_pool(spark, None):  # the source's reads: never the engine's worker pool
+            spark.dataSource.register(TieredDataSource)
+        return spark.readStream.format(TieredDataSource.name()).options(**options).load()

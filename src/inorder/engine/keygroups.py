@@ -25,7 +25,8 @@ import pyarrow as pa
 from inorder.codecs.base import DecodeError
 from inorder.ddl import arrow_ddl
 from inorder.engine.context import EngineContext, to_micros
-from inorder.engine.task import MARKER_HEADER, TaskSpec
+from inorder.engine.task import TaskSpec
+from inorder.kafka.markers import is_marker_json
 from inorder.records import TopicPartition
 
 
@@ -73,16 +74,6 @@ class RouteSpec:
     groups: int
 
 
-def _is_marker(key: Any, value: Any, ts_type: Any, headers_json: Any) -> bool:
-    return (
-        key is None
-        and value is None
-        and ts_type == -1
-        and headers_json is not None
-        and MARKER_HEADER in headers_json
-    )
-
-
 def route_task(spec: RouteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Stage 1 (per topic-partition, offset order): key group and running max event time."""
     task = spec.task
@@ -117,7 +108,7 @@ def route_task(spec: RouteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
                 ctx = EngineContext(tp.topic, tp.partition, batch_id, now_us or 0)
             assert ctx is not None
             kafka_key, value = cols["key"][i], cols["value"][i]
-            if _is_marker(kafka_key, value, cols["timestampType"][i], cols["headers_json"][i]):
+            if is_marker_json(kafka_key, value, cols["timestampType"][i], cols["headers_json"][i]):
                 keep.append(False)
                 out_grp.append(0)
                 out_max.append(None)

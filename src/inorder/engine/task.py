@@ -25,10 +25,12 @@ import pyarrow.compute as pc
 
 from inorder.codecs.base import Codec
 from inorder.engine.apply import OrderedApplier
+from inorder.engine.beacon import ProgressBeacon
 from inorder.engine.results import RESULT_SCHEMA, ResultFile, TaskResult, result_row
 from inorder.engine.violations import DeadLetter, ViolationEvent
 from inorder.integrity import Integrity
 from inorder.kafka.consumer import read_ranges_records
+from inorder.kafka.markers import marker_rows
 from inorder.kafka.options import SourceOptions
 from inorder.processor import Processor
 from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS, RecordTuple, TopicPartition
@@ -37,8 +39,6 @@ from inorder.spark.worker_heap import freeze_worker_heap
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.entry import PartitionMeta, StateView
 from inorder.state.store import PartitionStore, StateOptions
-
-MARKER_HEADER = "inorder.range"
 
 #: Rows buffered before they are encoded and handed to the sink writer.
 _FLUSH_ROWS = 65_536
@@ -79,6 +79,9 @@ class TaskSpec:
     #: Set when the source only plans (``inorder.rangesOnly``): each marker row's range is
     #: read from Kafka here, by the task that applies it.
     source_options: SourceOptions | None = None
+    #: The driver's :class:`~inorder.pipeline.live_progress.LiveProgress` address: where the
+    #: task reports records applied while it runs (``None``: nowhere).
+    progress_to: tuple[str, int] | None = None
 
 
 def open_applier(
@@ -300,31 +303,16 @@ def _headers_column(batch: pa.RecordBatch) -> list[Any]:
 
 
 def _markers(batch: pa.RecordBatch) -> list[tuple[int, int, int]]:
-    """``(row index, start, end)`` of each marker row (null key and value, timestampType -1,
-    the ``inorder.range`` header carrying the planned ``[start, end)``)."""
-    ts_type = batch.column("timestampType")
-    if ts_type.null_count == len(ts_type):
-        return []
-    candidate = pc.and_(
-        pc.fill_null(pc.equal(ts_type, -1), False),
-        pc.and_(pc.is_null(batch.column("key")), pc.is_null(batch.column("value"))),
-    )
-    indices: list[int] = pc.indices_nonzero(candidate).to_pylist()
-    if not indices:
-        return []
-    headers = _headers_column(batch.take(pa.array(indices, pa.int64())))
-    found = []
-    for i, h in zip(indices, headers, strict=True):
-        if h and len(h) == 1 and h[0][0] == MARKER_HEADER:
-            start, _, end = (h[0][1] or b"").decode().partition("-")
-            found.append((i, int(start), int(end)))
-    return found
+    """``(row index, start, end)`` of each marker row (format: :mod:`inorder.kafka.markers`);
+    headers in either form the task gets them (``headers_json`` or ``headers``)."""
+    return marker_rows(batch, _headers_column)
 
 
 def _read_and_apply(
     work: dict[TopicPartition, _PartitionWork],
     options: SourceOptions,
     ranges: list[tuple[TopicPartition, int, int]],
+    beacon: ProgressBeacon,
 ) -> None:
     """Read every range from Kafka with one consumer and apply each chunk to its partition.
 
@@ -333,7 +321,7 @@ def _read_and_apply(
     A partition with several ranges has them read one after another, in the order given.
     """
     for wave in read_waves(ranges):
-        _read_wave(work, options, wave)
+        _read_wave(work, options, wave, beacon)
 
 
 def read_waves(
@@ -354,6 +342,7 @@ def _read_wave(
     work: dict[TopicPartition, _PartitionWork],
     options: SourceOptions,
     ranges: list[tuple[TopicPartition, int, int]],
+    beacon: ProgressBeacon,
 ) -> None:
     """Read ranges of distinct partitions with one consumer; apply each chunk."""
     chunks = read_ranges_records(options, ranges)
@@ -374,6 +363,7 @@ def _read_wave(
             part.applier.apply(chunk)
             part.timings["apply"] = part.timings.get("apply", 0.0) + time.perf_counter() - started
             part.flush()
+            beacon.add(tp, len(chunk))
     finally:
         chunks.close()
 
@@ -413,6 +403,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     encoder = RowEncoder(spec.out_type)
     state_codec = StateCodec(spec.state_type)
     work: dict[TopicPartition, _PartitionWork] = {}
+    beacon = ProgressBeacon(spec.progress_to, spec.batch_id)
     reads = spec.source_options  # set: the task reads the planned ranges from Kafka itself
     to_read: list[tuple[TopicPartition, int, int]] = []
     # Time spent waiting for input (the source's read and Spark moving the rows), charged to
@@ -444,16 +435,18 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             if run.num_rows == 0:
                 continue
             if reads is not None and to_read:  # records after planned ranges: those go first
-                _read_and_apply(work, reads, to_read)
+                _read_and_apply(work, reads, to_read, beacon)
                 to_read = []
             started = time.perf_counter()
             part.applier.apply(_record_tuples(run))
             part.timings["apply"] = part.timings.get("apply", 0.0) + time.perf_counter() - started
             part.flush()
+            beacon.add(tp, run.num_rows)
         asked = time.perf_counter()
     if reads is not None and to_read:
         # Ranges are read once every marker has arrived: one consumer for all of them.
-        _read_and_apply(work, reads, to_read)
+        _read_and_apply(work, reads, to_read, beacon)
+    beacon.close()
     results = [work[tp].finish() for tp in sorted(work)]
     del work
     freeze_worker_heap()

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from inorder.errors import ConfigError
-from inorder.kafka.options import parse_options
+from inorder.kafka.options import SourceOptions, parse_options
 from inorder.redaction import redact
 
 
@@ -39,7 +39,10 @@ class KafkaSource:
     SSL, ...) passed through; they are never printed. ``options`` adds any other source option
     by its Spark name (see docs/kafka-source.md). ``archive`` (the path of an
     ``inorder archive`` dataset) reads each partition from the archive up to its end and then
-    from Kafka (see docs/archive.md). ``target_batch_duration`` sizes micro-batches to take
+    from Kafka (see docs/archive.md): that reading is
+    :class:`~inorder.archive.tiered_source.TieredSource`'s, which a ``Pipeline`` turns such a
+    source into when it is built (this class reads Kafka only, so ``kafka/`` needs nothing of
+    ``archive/``). ``target_batch_duration`` sizes micro-batches to take
     about that long while there is a backlog (default :data:`DEFAULT_TARGET_BATCH_DURATION`;
     ``None`` or ``"off"``: a micro-batch takes everything available, up to
     ``max_offsets_per_trigger``).
@@ -73,6 +76,25 @@ class KafkaSource:
             f"KafkaSource(bootstrap_servers={self.bootstrap_servers!r}, {what}, "
             f"kafka_options={redact(self.kafka_options)!r})"
         )
+
+    @property
+    def reads_archive(self) -> bool:
+        """Whether an archive is read before Kafka (``archive`` is set)."""
+        return bool(self.archive)
+
+    def _kafka_only(self) -> None:
+        """Refuse to read Kafka alone when an archive was asked for (silently wrong data)."""
+        if self.archive:
+            raise ConfigError(
+                "archive: a KafkaSource naming an archive is read through "
+                "inorder.archive.TieredSource (a Pipeline turns it into one when it is built; "
+                "elsewhere use TieredSource.of(source))"
+            )
+
+    def read_options(self) -> SourceOptions:
+        """The parsed options the operations tools read ranges and metadata with."""
+        self._kafka_only()
+        return parse_options(self.to_options())
 
     def to_options(self) -> dict[str, str]:
         """The ``readStream`` options (Spark Kafka connector names)."""
@@ -162,10 +184,6 @@ class KafkaSource:
                     pattern, matched, servers, parsed.topic_discovery_interval, existing=every
                 )
             )
-        if self.archive:
-            from inorder.archive.coverage import load_coverage
-
-            load_coverage(self.archive, dict(self.archive_storage_options) or None)
         return notes
 
     def load(self, spark: Any, extra_options: Mapping[str, str] | None = None) -> Any:
@@ -173,15 +191,9 @@ class KafkaSource:
         from inorder.kafka.source import KafkaDataSource
         from inorder.spark.worker_pools import SOURCE_POOL, in_pool
 
+        self._kafka_only()
         options = {**self.to_options(), **(extra_options or {})}
         self.check(extra_options)
-        if self.archive:
-            from inorder.archive.tiered_source import TieredDataSource, tiered_load_options
-
-            options.update(tiered_load_options(self.archive, self.archive_storage_options))
-            with in_pool(spark, None):  # the source's reads: never the engine's worker pool
-                spark.dataSource.register(TieredDataSource)
-            return spark.readStream.format(TieredDataSource.name()).options(**options).load()
         # Marker rows only (the engine reads the ranges): the source pool, light workers.
         ranges_only = str(options.get("inorder.rangesOnly", "")).lower() == "true"
         with in_pool(spark, SOURCE_POOL if ranges_only else None):

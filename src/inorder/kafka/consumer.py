@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inorder.kafka.fetch import fetch_runs
+from inorder.kafka.markers import MARKER_HEADER, MARKER_TIMESTAMP_TYPE, encode_range
 from inorder.kafka.options import SourceOptions
 from inorder.records import KAFKA_ARROW_SCHEMA, RecordTuple, TopicPartition
 from inorder.spark.worker_heap import freeze_worker_heap
@@ -40,9 +41,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds without a record after which a read checks whether its partition was deleted.
 GONE_CHECK_S = 2.0
-
-#: Header key of the marker row that starts every planned range (``inorder.partitionMarkers``).
-MARKER_HEADER = "inorder.range"
 
 
 def _spark_compatible(schema: pa.Schema) -> pa.Schema:
@@ -90,9 +88,9 @@ def markers_batch(ranges: Sequence[tuple[TopicPartition, int, int]]) -> pa.Recor
             pa.array([tp.partition for tp, _, _ in ranges], pa.int32()),
             pa.array([start for _, start, _ in ranges], pa.int64()),
             pa.nulls(n, _TS_TYPE),
-            pa.array([-1] * n, pa.int32()),
+            pa.array([MARKER_TIMESTAMP_TYPE] * n, pa.int32()),
             pa.array(
-                [[{"key": MARKER_HEADER, "value": f"{s}-{e}".encode()}] for _, s, e in ranges],
+                [[{"key": MARKER_HEADER, "value": encode_range(s, e)}] for _, s, e in ranges],
                 _HEADERS_TYPE,
             ),
         ],

@@ -1,7 +1,10 @@
 """Kafka reads for the operations tools: one topic-partition, in offset order, in chunks.
 
 Memory stays bounded by one chunk of records (the consumer's ``inorder.batchRows``, 10,000
-by default) whatever the partition's size.
+by default) whatever the partition's size. The options come from the pipeline's source
+(:meth:`~inorder.kafka.source_protocol.Source.read_options`); a tiered source's read through
+its archive by themselves (:func:`~inorder.kafka.source_protocol.range_reader`), so these
+tools need nothing of ``archive/``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import pyarrow as pa
 from inorder.kafka.admin import KafkaAdmin
 from inorder.kafka.options import SourceOptions
 from inorder.kafka.planning import Watermarks
+from inorder.kafka.source_protocol import range_reader
 from inorder.records import RecordTuple, TopicPartition
 
 
@@ -40,28 +44,16 @@ def read_chunks(
     options: SourceOptions, tp: TopicPartition, start: int, end: int
 ) -> Iterator[list[RecordTuple]]:
     """Records of ``tp`` with offsets in ``[start, end)``, in offset order, chunk by chunk."""
-    from inorder.kafka.consumer import read_range
-
     if start >= end:
         return
-    batches = read_range(options, tp, start, end, markers=False)
-    if getattr(options, "archive", ""):  # a tiered source: archive below its end, then Kafka
-        from inorder.archive.tool_reads import read_tiered
-
-        batches = read_tiered(options, tp, start, end)
-    for batch in batches:
+    for batch in range_reader(options).read_records(tp, start, end):
         if batch.num_rows:
             yield record_tuples(batch)
 
 
 def _admin(options: SourceOptions) -> KafkaAdmin:
-    """The metadata client: archive-aware when the options name an archive."""
-    if getattr(options, "archive", ""):
-        from inorder.archive.tiered_source import TieredAdmin, TieredOptions
-
-        assert isinstance(options, TieredOptions)
-        return TieredAdmin(options)
-    return KafkaAdmin(options)
+    """The metadata client: archive-aware when the options read through an archive."""
+    return range_reader(options).admin()
 
 
 def partitions(options: SourceOptions) -> list[TopicPartition]:

@@ -17,7 +17,8 @@ from inorder.codecs.base import Codec
 from inorder.engine.apply import OrderedApplier
 from inorder.engine.reference import DictStateView
 from inorder.integrity import Integrity
-from inorder.kafka.options import SourceOptions, parse_options
+from inorder.kafka.options import SourceOptions
+from inorder.kafka.source_protocol import Source
 from inorder.ops.batchlog import Segment
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.identity import SETTINGS_FIELD, RecordedSettings
@@ -103,15 +104,13 @@ class OpsTarget:
 
     @cached_property
     def source_options(self) -> SourceOptions:
-        """The Kafka source's parsed options (bootstrap servers, subscription, client settings)."""
-        options = parse_options(self.pipeline.source.to_options())
-        archive = getattr(self.pipeline.source, "archive", None)
-        if archive:  # read through the archive, then Kafka, like the pipeline's source
-            from inorder.archive.tiered_source import tiered_options_of
+        """The source's parsed options (bootstrap servers, subscription, client settings).
 
-            storage = getattr(self.pipeline.source, "archive_storage_options", None)
-            return tiered_options_of(options, archive, storage)
-        return options
+        A tiered source's read through the archive, then Kafka, like the pipeline's source
+        (see :func:`~inorder.kafka.source_protocol.range_reader`).
+        """
+        source: Source = self.pipeline.source
+        return source.read_options()
 
     @property
     def layout(self) -> CheckpointLayout:

@@ -15,9 +15,8 @@ from typing import Any
 import pyarrow as pa
 
 from inorder.engine.context import to_micros
+from inorder.kafka.markers import MARKER_HEADER, MARKER_TIMESTAMP_TYPE, encode_range
 from inorder.records import KAFKA_ARROW_SCHEMA, KAFKA_SPARK_DDL, KafkaRecord, TopicPartition
-
-MARKER_HEADER = "inorder.range"
 
 
 def partition_table(
@@ -34,8 +33,8 @@ def partition_table(
             "partition": tp.partition,
             "offset": first,
             "timestamp": None,
-            "timestampType": -1,
-            "headers": [{"key": MARKER_HEADER, "value": f"{first}-{end}".encode()}],
+            "timestampType": MARKER_TIMESTAMP_TYPE,
+            "headers": [{"key": MARKER_HEADER, "value": encode_range(first, end)}],
         }
     ]
     for r in records:
