@@ -107,6 +107,11 @@ class CheckpointLayout:
         """The info file as a record, or ``None`` when the checkpoint has none yet."""
         return CheckpointInfo.read(self.location, self.info_path)
 
+    def owner(self) -> str | None:
+        """The checkpoint's id when it has one (read only: :meth:`ensure_owner` creates it)."""
+        info = self.info()
+        return None if info is None else info.id
+
     def write_info(self, info: CheckpointInfo) -> None:
         """Replace the info file (the caller keeps the fields it does not change)."""
         info.write(self.location, self.info_path)

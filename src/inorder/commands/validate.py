@@ -98,7 +98,7 @@ def handle(args: argparse.Namespace) -> int:
             from inorder.sessions.tables_check import check_pipeline_tables
 
             progress.show("validate: checking the session tables against the change log")
-            owner = (target.layout.read_info() or {}).get("id")
+            owner = target.layout.owner()
             tables = check_pipeline_tables(target.pipeline, owner)
     finally:
         progress.close()

@@ -66,7 +66,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.sample < 0:
         raise ConfigError(f"--sample must be >= 0, not {args.sample}")
     target = open_target(args)
-    owner = (target.layout.read_info() or {}).get("id")
+    owner = target.layout.owner()
     report = verify(
         target.sink, owner, digests=args.digests, sample=args.sample, end=checkpoint_end(target)
     )
