@@ -162,13 +162,17 @@ def make_sink(spec: Mapping[str, Any]) -> Sink:
 
 
 def make_source(spec: Mapping[str, Any]) -> KafkaSource:
-    """The ``[source]`` section's source (no bootstrap servers: the dev broker's)."""
+    """The ``[source]`` section's source (no bootstrap servers: the dev broker's).
+
+    With ``archive`` set, a :class:`~inorder.archive.tiered_source.TieredSource`: the archive
+    up to its end, then Kafka.
+    """
     bootstrap = spec["bootstrap_servers"]
     if not bootstrap:
         from inorder.endpoints import kafka_bootstrap_servers
 
         bootstrap = kafka_bootstrap_servers()
-    return KafkaSource(
+    source = KafkaSource(
         bootstrap_servers=bootstrap,
         topic_pattern=spec["topic_pattern"] or None,
         topics=list(spec["topics"]) or None,
@@ -181,6 +185,11 @@ def make_source(spec: Mapping[str, Any]) -> KafkaSource:
         kafka_options=dict(spec["kafka"]),
         archive=spec.get("archive") or None,
     )
+    if source.reads_archive:
+        from inorder.archive.tiered_source import TieredSource
+
+        return TieredSource.of(source)
+    return source
 
 
 def build_pipeline(config: Config) -> Pipeline[Any, Any, Any]:
