@@ -171,12 +171,12 @@ def test_compaction_is_one_snapshot_that_is_never_taken_for_a_batch(tmp_path: Pa
     before_files = len(list(table.scan().plan_files()))
     assert before_files == 12
 
-    planned = compact_iceberg(sink, 64 * 1024 * 1024, dry_run=True)
+    planned = compact_iceberg(sink, 64 * 1024 * 1024, dry_run=True, full=True)
     assert (planned.groups, planned.files_replaced, planned.rows) == (2, 12, 66)
     table = sink.load_table()
     assert table is not None and len(table.snapshots()) == 6  # the dry run changed nothing
 
-    done = compact_iceberg(sink, 64 * 1024 * 1024)
+    done = compact_iceberg(sink, 64 * 1024 * 1024, full=True)
     assert done.files_written == 2 and done.snapshot_id is not None
     table = sink.load_table()
     assert table is not None
@@ -199,10 +199,14 @@ def test_compaction_is_one_snapshot_that_is_never_taken_for_a_batch(tmp_path: Pa
     table = sink.load_table()
     assert table is not None
     count, before_rows = len(table.snapshots()), all_rows(sink)
-    assert compact_iceberg(sink, 64 * 1024 * 1024).groups == 1
+    assert compact_iceberg(sink, 64 * 1024 * 1024, full=True).groups == 1
     table = sink.load_table()
     assert table is not None and len(table.snapshots()) == count + 1
     assert all_rows(sink) == before_rows and len(before_rows) == 67
+
+    # Levels are in the file names: the first merge wrote level 1, the second level 2.
+    names = sorted(t.file.file_path.rsplit("/", 1)[-1] for t in table.scan().plan_files())
+    assert [n[:12] for n in names] == ["compacted-l1", "compacted-l2"], names
 
     # The command line, on the warehouse path.
     done_cli = subprocess.run(
@@ -234,6 +238,28 @@ def test_compaction_is_one_snapshot_that_is_never_taken_for_a_batch(tmp_path: Pa
         spec.add_identity("partition")
     with pytest.raises(SinkError, match="rewrite_data_files"):
         compact_iceberg(sink, 64 * 1024 * 1024)
+
+
+def test_iceberg_compaction_by_the_level_rule(tmp_path: Path) -> None:
+    """Fan-in 3, 2 levels: 12 batch files become 4 of level 1 (one snapshot), then 3 of
+    those one final file of level 2 (a second snapshot); the fourth waits."""
+    sink = new_sink(tmp_path)
+    for b in range(12):
+        sink.commit_consumed(
+            b, stage(sink, b, {("a", 0): range(b, b + 1)}), [ConsumedOffsets("a", 0, b, b)]
+        )
+    before = all_rows(sink)
+    report = compact_iceberg(sink, 64 * 1024 * 1024, fanout=3, levels=2)
+    assert (report.groups, report.files_replaced, report.files_written) == (5, 15, 5)
+    table = sink.load_table()
+    assert table is not None
+    names = sorted(t.file.file_path.rsplit("/", 1)[-1][:12] for t in table.scan().plan_files())
+    assert names == ["compacted-l1", "compacted-l2"]
+    assert [s.kind for s in snapshot_history(table)][-3:] == ["batch", "compact", "compact"]
+    assert all_rows(sink) == before
+    assert compact_iceberg(sink, 64 * 1024 * 1024, fanout=3, levels=2).groups == 0
+    with pytest.raises(SinkError, match="compaction_fanout"):
+        compact_iceberg(sink, 64 * 1024 * 1024, fanout=1)
 
 
 # -- a pipeline onto Iceberg: lose state, repair, run: exact -----------------------------------
@@ -352,7 +378,7 @@ def test_expiring_the_last_batch_snapshot_stops_the_next_run(tmp_path: Path) -> 
         sink.commit_consumed(
             b, stage(sink, b, {("a", 0): range(b, b + 1)}), [ConsumedOffsets("a", 0, b, b)]
         )
-    compact_iceberg(sink, 64 * 1024 * 1024)
+    compact_iceberg(sink, 64 * 1024 * 1024, full=True)
     table = sink.load_table()
     assert table is not None
     current = table.current_snapshot()

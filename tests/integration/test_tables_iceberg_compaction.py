@@ -89,9 +89,10 @@ def data_files(table: IcebergTableOutput) -> int:
 
 
 def compact_cli(warehouse: Path, name: str) -> dict[str, Any]:
-    """``inorder compact WAREHOUSE --format iceberg --table NAME --json`` in this process."""
+    """``inorder compact WAREHOUSE --format iceberg --table NAME --full --json`` in this
+    process (``--full``: every non-final file, however young)."""
     args = build_parser().parse_args(
-        ["compact", str(warehouse), "--format", "iceberg", "--table", name, "--json"]
+        ["compact", str(warehouse), "--format", "iceberg", "--table", name, "--full", "--json"]
     )
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

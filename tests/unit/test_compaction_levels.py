@@ -348,3 +348,14 @@ def test_amplification_of_an_hour_at_30_topics() -> None:
         f"max rewrites of a row {sim.max_rewrites}, max non-final files per topic "
         f"{sim.max_non_final}"
     )
+
+
+def test_iceberg_levels_are_read_from_file_names() -> None:
+    from inorder.sinks.iceberg_compaction import file_level
+
+    assert file_level("s3://b/wh/db/t/data/topic=a/compacted-l2-0a1b.parquet") == 2
+    assert file_level("data/topic=a/compacted-l10-0a1b.parquet") == 10
+    assert file_level("data/topic=a/00000-0-part.parquet") == 0
+    # Merged by the previous release (compacted-<uuid>-<n>): level 0.
+    assert file_level("data/compacted-9f8e7d6c5b4a39281706f5e4d3c2b1a0-00000.parquet") == 0
+    assert file_level("data/topic=compacted-l3-x/part.parquet") == 0  # the name, not the path

@@ -83,19 +83,19 @@ def register(subparsers: Any) -> None:
         "--fanout",
         type=int,
         default=9,
-        help="Parquet: merge this many files of a level into one of the next (default 9)",
+        help="Parquet, Iceberg: merge this many files of a level into one of the next (default 9)",
     )
     parser.add_argument(
         "--levels",
         type=int,
         default=3,
-        help="Parquet: files of this level are never merged again (default 3)",
+        help="Parquet, Iceberg: files of this level are never merged again (default 3)",
     )
     parser.add_argument(
         "--full",
         action="store_true",
-        help="Parquet: merge every non-final file of each partition now, whatever its level "
-        "and age (default: the level rule, as the sink's compact option)",
+        help="Parquet, Iceberg: merge every non-final file of each partition now, whatever "
+        "its level and age (default: the level rule, as the sink's compact option)",
     )
     parser.add_argument(
         "--grace-seconds",
@@ -181,4 +181,11 @@ def _compact_iceberg(args: argparse.Namespace, storage: dict[str, str] | None, t
     )
     if sink.load_table() is None:
         raise ConfigError(f"{sink.describe()}: no such table")
-    return compact_iceberg(sink, target, dry_run=args.dry_run)
+    return compact_iceberg(
+        sink,
+        target,
+        dry_run=args.dry_run,
+        fanout=args.fanout,
+        levels=args.levels,
+        full=args.full,
+    )

@@ -2,16 +2,21 @@
 
 ``inorder compact --format iceberg`` (:func:`compact_iceberg`):
 
-1. plan from the current snapshot: per partition, data files smaller than 3/4 of the
-   target are packed (in path order, which is batch order: ``part-<batch>-...``) into
-   groups of about ``target_file_size``; a group of one file is left alone;
-2. each group is read with the table's current schema (a column added later reads as null)
-   and written as one Parquet file beside its inputs (``compacted-<uuid>-<n>.parquet``);
-   Iceberg readers read only the files a snapshot names, so nothing is visible yet;
+1. plan from the current snapshot by the level rule of the Parquet sink
+   (:mod:`inorder.sinks.compaction_levels`): Iceberg data files carry no free-form tags,
+   so a file's level is in its name (``compacted-l<level>-<uuid>.parquet``; any other name
+   is level 0), and its commit time is that of the snapshot that added it (for a merged
+   file, its merge: younger than its rows, so the age rule waits a little longer);
+2. each merge is read with the table's current schema (a column added later reads as null)
+   and written as Parquet files beside its inputs, split at ``target_file_size``; Iceberg
+   readers read only the files a snapshot names, so nothing is visible yet;
 3. one catalog commit (an ``overwrite`` snapshot: pyiceberg cannot write Iceberg's
-   ``replace`` operation) removes the group's files and adds the merged ones. Its summary
+   ``replace`` operation) removes the merges' files and adds the merged ones. Its summary
    says ``inorder.operation = "compact"`` and has no batch id, so it never counts as a
    committed batch, and the batch summaries before it stay the exactly-once record.
+
+A merge's output may complete the next level: planning repeats, one snapshot per round,
+until nothing is left (at most ``levels`` rounds).
 
 The commit is not retried: if another writer committed meanwhile the merged files are
 deleted and the command fails (run it again); the replaced files stay on storage until
@@ -22,6 +27,9 @@ procedures (Spark ``CALL system.rewrite_data_files``) handle those.
 
 from __future__ import annotations
 
+import math
+import re
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +39,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from inorder.sinks.base import SinkError
+from inorder.sinks.compaction_levels import (
+    DEFAULT_FANOUT,
+    DEFAULT_LEVELS,
+    LevelSettings,
+    Merge,
+    check_level_settings,
+    estimate_trigger,
+    output_pieces,
+    plan_levels,
+)
 from inorder.sinks.delta import delta_schema
 from inorder.sinks.iceberg_history import COMPACT, OPERATION_KEY
 from inorder.storage import fs as sfs
@@ -54,6 +72,7 @@ class IcebergCompactionReport:
     table: str
     files_before: int = 0
     groups: int = 0
+    """Merges (each writes one file, or several when its rows exceed the target size)."""
     files_replaced: int = 0
     files_written: int = 0
     rows: int = 0
@@ -64,47 +83,112 @@ class IcebergCompactionReport:
         """One line for humans."""
         verb = "would merge" if self.dry_run else "merged"
         done = "" if self.snapshot_id is None else f" in snapshot {self.snapshot_id}"
+        into = "" if self.dry_run else f" into {self.files_written} files"
         return (
             f"{verb} {self.files_replaced} of {self.files_before} files ({self.rows:,} rows) "
-            f"into {self.groups} files{done}"
+            f"in {self.groups} merges{into}{done}"
         )
 
 
-def plan_iceberg_groups(files: Sequence[DataFile], target_file_size: int) -> list[list[DataFile]]:
-    """Small files packed per partition into groups of about ``target_file_size``."""
-    small = sorted(
-        (f for f in files if f.file_size_in_bytes < target_file_size * 3 // 4),
-        key=lambda f: f.file_path,
-    )
-    by_partition: dict[str, list[DataFile]] = {}
-    for f in small:
-        by_partition.setdefault(repr(f.partition), []).append(f)
-    groups: list[list[DataFile]] = []
-    for members in by_partition.values():
-        group: list[DataFile] = []
-        size = 0
-        for f in members:
-            if group and size + f.file_size_in_bytes > target_file_size:
-                groups.append(group)
-                group, size = [], 0
-            group.append(f)
-            size += f.file_size_in_bytes
-        groups.append(group)
-    return [g for g in groups if len(g) > 1]
+_LEVEL = re.compile(r"^compacted-l(\d+)-")
+
+
+def file_level(path: str) -> int:
+    """The level in a data file's name (``compacted-l<level>-...``); other names are 0."""
+    match = _LEVEL.match(path.rsplit("/", 1)[-1])
+    return int(match.group(1)) if match else 0
+
+
+@dataclass(frozen=True)
+class TieredFile:
+    """A data file of the current snapshot, as the level planner sees it."""
+
+    file: DataFile
+    level: int
+    size_bytes: int
+    committed_at: float | None
+    """When the snapshot that added it was committed (``None``: not found)."""
+
+
+def tiered_files(table: Table, files: Sequence[DataFile]) -> list[TieredFile]:
+    """``files`` with their level (from the name) and commit time (from the snapshots)."""
+    added: dict[str, float] = {}
+    try:
+        entries = table.inspect.entries()
+        times = {s.snapshot_id: s.timestamp_ms / 1000 for s in table.snapshots()}
+        paths = entries.column("data_file").combine_chunks().field("file_path").to_pylist()
+        for path, sid in zip(paths, entries.column("snapshot_id").to_pylist(), strict=True):
+            if sid in times:
+                added[path] = times[sid]
+    except Exception:  # an inspection pyiceberg cannot do: files count as of unknown age
+        added = {}
+    return [
+        TieredFile(f, file_level(f.file_path), f.file_size_in_bytes, added.get(f.file_path))
+        for f in sorted(files, key=lambda f: f.file_path)  # part-<batch>-...: batch order
+    ]
+
+
+def plan_iceberg_merges(
+    files: Sequence[TieredFile], settings: LevelSettings, now: float, full: bool = False
+) -> list[Merge[TieredFile]]:
+    """The level rule per partition (``full``: every non-final file of a partition)."""
+    by_partition: dict[str, list[TieredFile]] = {}
+    for f in files:
+        by_partition.setdefault(repr(f.file.partition), []).append(f)
+    return plan_levels(by_partition, now, settings, full)
 
 
 def compact_iceberg(
-    sink: IcebergSink, target_file_size: int, dry_run: bool = False
+    sink: IcebergSink,
+    target_file_size: int,
+    dry_run: bool = False,
+    fanout: int = DEFAULT_FANOUT,
+    levels: int = DEFAULT_LEVELS,
+    full: bool = False,
+    now: float | None = None,
 ) -> IcebergCompactionReport:
-    """Merge the table's small files in one snapshot (see the module docstring)."""
+    """Merge the table's small files by the level rule (see the module docstring); ``full``
+    merges every non-final file of each partition in the first round."""
     if target_file_size <= 0:
         raise SinkError("target_file_size must be > 0")
+    check_level_settings(fanout, levels)
     report = IcebergCompactionReport(sink.table, dry_run=dry_run)
-    table = sink.load_table()
-    if table is None or table.current_snapshot() is None:
-        return report
-    tasks = list(table.scan().plan_files())
-    report.files_before = len(tasks)
+    when = time.time() if now is None else now
+    for round_ in range(levels + 1):
+        table = sink.load_table()
+        if table is None or table.current_snapshot() is None:
+            return report
+        tasks = list(table.scan().plan_files())
+        if not round_:
+            report.files_before = len(tasks)
+        _check_plain(sink, table, tasks)
+        files = tiered_files(table, [t.file for t in tasks])
+        settings = LevelSettings(target_file_size, fanout, levels, estimate_trigger(files))
+        merges = plan_iceberg_merges(files, settings, when, full and not round_)
+        report.groups += len(merges)
+        report.files_replaced += sum(len(m.files) for m in merges)
+        report.rows += sum(f.file.record_count for m in merges for f in m.files)
+        if dry_run or not merges:
+            return report
+        written: list[str] = []
+        try:
+            added = [f for m in merges for f in _merge(sink, table, m, target_file_size, written)]
+            report.snapshot_id = _commit(
+                sink, table, [[f.file for f in m.files] for m in merges], added
+            )
+        except _NotCommitted as exc:
+            loc = sink.location
+            for rel in written:
+                sfs.delete_quietly(loc, loc.join(rel))
+            raise exc.error from None
+        # Any other failure leaves the merged files: if the commit's outcome is unknown they
+        # may be in the table now, and an unreferenced file is harmless.
+        report.files_written += len(added)
+    return report
+
+
+def _check_plain(sink: IcebergSink, table: Table, tasks: Sequence[Any]) -> None:
+    """Refuse what the engines' own procedures handle: delete files, evolved specs."""
     spec_id = table.spec().spec_id
     for task in tasks:
         if task.delete_files:
@@ -115,25 +199,6 @@ def compact_iceberg(
             raise SinkError(
                 f"{sink.describe()}: holds files of an older partition spec; {ENGINE_PROCEDURE}"
             )
-    groups = plan_iceberg_groups([t.file for t in tasks], target_file_size)
-    report.groups = len(groups)
-    report.files_replaced = sum(len(g) for g in groups)
-    report.rows = sum(f.record_count for g in groups for f in g)
-    if dry_run or not groups:
-        return report
-    written: list[str] = []
-    try:
-        added = [_merge(sink, table, group, n, written) for n, group in enumerate(groups)]
-        report.snapshot_id = _commit(sink, table, groups, added)
-    except _NotCommitted as exc:
-        loc = sink.location
-        for rel in written:
-            sfs.delete_quietly(loc, loc.join(rel))
-        raise exc.error from None
-    # Any other failure leaves the merged files: if the commit's outcome is unknown they
-    # may be in the table now, and an unreferenced file is harmless.
-    report.files_written = len(added)
-    return report
 
 
 class _NotCommitted(Exception):
@@ -152,13 +217,18 @@ def _relative(sink: IcebergSink, table: Table, path: str) -> str:
 
 
 def _merge(
-    sink: IcebergSink, table: Table, group: list[DataFile], n: int, written: list[str]
-) -> DataFile:
-    """Write ``group``'s rows as one file beside them; its Iceberg data file entry."""
+    sink: IcebergSink,
+    table: Table,
+    merge: Merge[TieredFile],
+    target_file_size: int,
+    written: list[str],
+) -> list[DataFile]:
+    """Write ``merge``'s rows beside its files, split at the target; their data file entries."""
     import pyarrow.dataset as pads
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     loc = sink.location
+    group = [f.file for f in merge.files]
     rels = [_relative(sink, table, f.file_path) for f in group]
     current = table.schema().as_arrow()
     # The types the sink writes, without Iceberg's field-id metadata: files are resolved
@@ -176,18 +246,23 @@ def _merge(
             )
         )
     directory = rels[0].rpartition("/")[0]
-    rel = f"{directory}/compacted-{uuid.uuid4().hex}-{n:05d}.parquet"
-    written.append(rel)
-    try:
-        pq.write_table(
-            data.cast(schema, safe=False),
-            loc.join(rel),
-            filesystem=loc.filesystem,
-            compression=sink.compression,
-        )
-        return parquet_file_to_data_file(table.io, table.metadata, _full(table, rel))
-    except Exception as exc:
-        raise _NotCommitted(sink._error(f"cannot write {rel}", exc)) from None
+    step = max(1, math.ceil(data.num_rows / output_pieces(merge.size_bytes, target_file_size)))
+    out: list[DataFile] = []
+    for start in range(0, max(data.num_rows, 1), step):
+        # The level is in the name: Iceberg data files carry no free-form tags.
+        rel = f"{directory}/compacted-l{merge.level}-{uuid.uuid4().hex}.parquet"
+        written.append(rel)
+        try:
+            pq.write_table(
+                data.slice(start, step).cast(schema, safe=False),
+                loc.join(rel),
+                filesystem=loc.filesystem,
+                compression=sink.compression,
+            )
+            out.append(parquet_file_to_data_file(table.io, table.metadata, _full(table, rel)))
+        except Exception as exc:
+            raise _NotCommitted(sink._error(f"cannot write {rel}", exc)) from None
+    return out
 
 
 def _full(table: Table, rel: str) -> str:
