@@ -16,7 +16,6 @@ import pytest
 
 from inorder.sinks.base import SinkError
 from inorder.sinks.commit_log import file_entry, live_file
-from inorder.sinks.compaction import plan_merges
 from inorder.sinks.compaction_levels import (
     LevelSettings,
     Merge,
@@ -26,6 +25,7 @@ from inorder.sinks.compaction_levels import (
     plan_full,
     plan_partition,
 )
+from inorder.sinks.compaction_merge import plan_merges
 from inorder.storage import fs as sfs
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,10 +30,9 @@ Delta tables: ``DeltaTable.optimize.compact`` then ``vacuum`` with a retention p
 from __future__ import annotations
 
 import json
-import math
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -64,10 +63,10 @@ from inorder.sinks.compaction_levels import (
     Merge,
     check_level_settings,
     estimate_trigger,
-    output_pieces,
-    plan_levels,
 )
-from inorder.sinks.proof import format_digest, table_digest
+from inorder.sinks.compaction_merge import merge_pieces, plan_merges
+from inorder.sinks.parquet_writer import ROW_GROUP_BUFFER_BYTES
+from inorder.sinks.proof import add_digests, format_digest, table_digest
 from inorder.storage import fs as sfs
 
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -96,21 +95,6 @@ class CompactionReport:
             f"({self.bytes_rewritten / 1e6:.1f} MB); files {self.files_before} -> "
             f"{self.files_after}; deleted {len(self.deleted)} obsolete files"
         )
-
-
-def plan_merges(
-    files: list[LiveFile],
-    partition_by: list[str],
-    settings: LevelSettings,
-    now: float,
-    full: bool = False,
-) -> list[Merge[LiveFile]]:
-    """Pure planning: the level rule (:mod:`inorder.sinks.compaction_levels`) per partition
-    directory; ``full`` merges every non-final file of a partition at once."""
-    by_partition: dict[str, list[LiveFile]] = {}
-    for f in files:
-        by_partition.setdefault(partition_dir(partition_by, f.partition_values), []).append(f)
-    return plan_levels(by_partition, now, settings, full)
 
 
 def compact_parquet(
@@ -189,28 +173,14 @@ def _rewrite(
     n = 0
     with StagedRecord(location, "compaction", seq, compression) as record:
         for merge in merges:
-            group = merge.files
-            pdir = partition_dir(partition_by, group[0].partition_values)
-            tables = [
-                pq.read_table(location.join(f.path), filesystem=location.filesystem) for f in group
-            ]
-            table = pa.concat_tables(tables, promote_options="default")
-            rows = sum(f.rows for f in group)
-            if table.num_rows != rows:  # the manifests are the truth: never lose a row
-                raise SinkError(
-                    f"{location.uri}: files of {pdir or 'the dataset'} hold {table.num_rows} "
-                    f"rows, manifests say {rows}; not compacting"
-                )
-            # Split at the target: a merge of a busy partition writes several final files.
-            pieces = output_pieces(merge.size_bytes, settings.target_file_size)
-            step = math.ceil(table.num_rows / pieces)
+            pdir = partition_dir(partition_by, merge.files[0].partition_values)
             tiered: dict[str, Any] = {"level": merge.level}
             if merge.committed_at is not None:
                 tiered["committed_at"] = merge.committed_at
-            for start in range(0, max(table.num_rows, 1), max(step, 1)):
-                piece = table.slice(start, step)
+            for piece in merge_pieces(location, merge, pdir, settings.target_file_size):
                 stem = f"compacted-{seq:010d}-{n:05d}"
-                record.stage(piece, pdir, stem, group[0].partition_values, **tiered)
+                values = merge.files[0].partition_values
+                record.stage_tables(piece.tables(), piece.schema, pdir, stem, values, **tiered)
                 n += 1
         record.commit(
             [f.path for m in merges for f in m.files],
@@ -274,14 +244,64 @@ class StagedRecord:
             location.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
         with location.filesystem.open_output_stream(full) as out:
             pq.write_table(table, out, compression=self.compression)
+        digest = format_digest(table_digest(table))
+        self._add(staged, directory, stem, table.num_rows, partition_values, digest, fields)
+
+    def stage_tables(
+        self,
+        tables: Iterable[pa.Table],
+        schema: pa.Schema,
+        directory: str,
+        stem: str,
+        partition_values: Mapping[str, str | None],
+        **fields: Any,
+    ) -> None:
+        """:meth:`stage` of the rows of ``tables`` (each of ``schema``) as one file, holding
+        at most a row group's worth (:data:`ROW_GROUP_BUFFER_BYTES`) of them in memory."""
+        location = self.location
+        staged = "/".join(p for p in (self.staging, directory, stem + STAGED_SUFFIX) if p)
+        full = location.join(staged)
+        if not location.is_s3:
+            location.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
+        rows = digest = size = 0
+        pending: list[pa.Table] = []
+        with (
+            location.filesystem.open_output_stream(full) as out,
+            pq.ParquetWriter(out, schema, compression=self.compression) as writer,
+        ):
+            for table in tables:
+                rows += table.num_rows
+                digest = add_digests(digest, table_digest(table))
+                pending.append(table)
+                size += table.nbytes
+                if size >= ROW_GROUP_BUFFER_BYTES:
+                    writer.write_table(pa.concat_tables(pending))
+                    pending, size = [], 0
+            if pending:
+                writer.write_table(pa.concat_tables(pending))
+        self._add(staged, directory, stem, rows, partition_values, format_digest(digest), fields)
+
+    def _add(
+        self,
+        staged: str,
+        directory: str,
+        stem: str,
+        rows: int,
+        partition_values: Mapping[str, str | None],
+        digest: str,
+        fields: Mapping[str, Any],
+    ) -> None:
+        """The manifest entry of a file just staged."""
         self.files.append(
             {
                 "staged": staged,
                 "final": "/".join(p for p in (directory, stem + ".parquet") if p),
-                "rows": table.num_rows,
-                "size_bytes": int(location.filesystem.get_file_info(full).size or 0),
+                "rows": rows,
+                "size_bytes": int(
+                    self.location.filesystem.get_file_info(self.location.join(staged)).size or 0
+                ),
                 "partition_values": partition_values,
-                "digest": format_digest(table_digest(table)),
+                "digest": digest,
                 **fields,
             }
         )

@@ -1,0 +1,121 @@
+"""Merges of a Parquet dataset's files: which (:func:`plan_merges`), and reading a merge's
+input files as one stream of rows split into its output files (:func:`merge_pieces`).
+
+A merge of tiered compaction (:mod:`inorder.sinks.compaction_levels`) may read ``k`` files
+of up to 3/4 of the target size each: far more than fits in memory at once. The stream
+reads one input file at a time and checks its row count against the manifests;
+:func:`merge_pieces` cuts it into output files of equal row counts, as many as the merge's
+size needs at ``target_file_size``, and keeps files of different schemas apart. The writer
+of each piece
+(:meth:`~inorder.sinks.compaction.StagedRecord.stage_tables`) holds one row group at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from inorder.sinks.base import SinkError
+from inorder.sinks.commit_log import LiveFile, partition_dir
+from inorder.sinks.compaction_levels import LevelSettings, Merge, output_pieces, plan_levels
+from inorder.storage import fs as sfs
+
+
+def plan_merges(
+    files: list[LiveFile],
+    partition_by: list[str],
+    settings: LevelSettings,
+    now: float,
+    full: bool = False,
+) -> list[Merge[LiveFile]]:
+    """Pure planning: the level rule (:mod:`inorder.sinks.compaction_levels`) per partition
+    directory; ``full`` merges every non-final file of a partition at once."""
+    by_partition: dict[str, list[LiveFile]] = {}
+    for f in files:
+        by_partition.setdefault(partition_dir(partition_by, f.partition_values), []).append(f)
+    return plan_levels(by_partition, now, settings, full)
+
+
+class MergeStream:
+    """The rows of files of one schema, read one file at a time, handed out piece by piece."""
+
+    def __init__(
+        self, location: sfs.Location, files: Sequence[LiveFile], schema: pa.Schema, where: str
+    ) -> None:
+        self.schema = schema
+        self._tables = (self._read(location, f, where) for f in files)
+        self._carry: pa.Table | None = None
+
+    @staticmethod
+    def _read(location: sfs.Location, f: LiveFile, where: str) -> pa.Table:
+        table = pq.read_table(location.join(f.path), filesystem=location.filesystem)
+        if table.num_rows != f.rows:  # the manifests are the truth: never lose a row
+            raise SinkError(
+                f"{location.uri}: {f.path} in {where} holds {table.num_rows} rows, the "
+                f"manifests say {f.rows}; not compacting"
+            )
+        return table
+
+    def take(self, rows: int) -> Iterator[pa.Table]:
+        """The next ``rows`` rows, as slices of the files."""
+        while rows > 0:
+            if self._carry is None or not self._carry.num_rows:
+                self._carry = next(self._tables, None)
+                if self._carry is None:
+                    return
+            head = self._carry.slice(0, rows)
+            self._carry = self._carry.slice(head.num_rows)
+            rows -= head.num_rows
+            yield head
+
+
+@dataclass
+class MergePiece:
+    """One output file of a merge: the next ``rows`` rows of the stream."""
+
+    stream: MergeStream
+    rows: int
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The schema of the file (that of its input files)."""
+        return self.stream.schema
+
+    def tables(self) -> Iterator[pa.Table]:
+        """Its rows, a slice of an input file at a time."""
+        return self.stream.take(self.rows)
+
+
+def merge_pieces(
+    location: sfs.Location, merge: Merge[LiveFile], where: str, target_file_size: int
+) -> Iterator[MergePiece]:
+    """A merge's output files, split at the target size by rows; only one input file and
+    one row group are in memory at a time, however large the merge.
+
+    Input files of different schemas (before and after a compatible evolution) go to
+    different output files: a file's digest covers the columns it stores, so a row must keep
+    exactly its columns for the merged files' digests to add up to the inputs'.
+    """
+    where = where or "the dataset"
+    runs: list[tuple[pa.Schema, list[LiveFile]]] = []
+    for f in merge.files:
+        schema = pq.read_schema(location.join(f.path), filesystem=location.filesystem)
+        if runs and runs[-1][0].equals(schema, check_metadata=False):
+            runs[-1][1].append(f)
+        else:
+            runs.append((schema, [f]))
+    for schema, files in runs:
+        stream = MergeStream(location, files, schema, where)
+        total = sum(f.rows for f in files)
+        size = sum(f.size_bytes for f in files)
+        step = max(1, math.ceil(total / output_pieces(size, target_file_size)))
+        yield MergePiece(stream, step)
+        for _ in range(step, total, step):
+            yield MergePiece(stream, step)
+        # Every input file is read (and its rows checked) before the record commits.
+        if any(True for _ in stream.take(1)):
+            raise SinkError(f"{location.uri}: {where} holds more rows than its manifests say")
