@@ -262,6 +262,22 @@ def test_iceberg_compaction_by_the_level_rule(tmp_path: Path) -> None:
         compact_iceberg(sink, 64 * 1024 * 1024, fanout=1)
 
 
+def test_an_iceberg_merge_splits_at_the_target(tmp_path: Path) -> None:
+    sink = new_sink(tmp_path)
+    for b in range(4):
+        rows = range(50 * b, 50 * b + 50)
+        sink.commit_consumed(
+            b, stage(sink, b, {("a", 0): rows}), [ConsumedOffsets("a", 0, 50 * b, 50 * b + 49)]
+        )
+    table = sink.load_table()
+    assert table is not None
+    size = sum(t.file.file_size_in_bytes for t in table.scan().plan_files())
+    before = all_rows(sink)
+    report = compact_iceberg(sink, size // 2 + 1, full=True)
+    assert (report.groups, report.files_replaced, report.files_written) == (1, 4, 2)
+    assert all_rows(sink) == before
+
+
 # -- a pipeline onto Iceberg: lose state, repair, run: exact -----------------------------------
 
 

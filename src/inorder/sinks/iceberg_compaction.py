@@ -31,7 +31,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,7 @@ from inorder.sinks.compaction_levels import (
 )
 from inorder.sinks.delta import delta_schema
 from inorder.sinks.iceberg_history import COMPACT, OPERATION_KEY
+from inorder.sinks.parquet_writer import ROW_GROUP_BUFFER_BYTES
 from inorder.storage import fs as sfs
 
 if TYPE_CHECKING:
@@ -223,46 +224,104 @@ def _merge(
     target_file_size: int,
     written: list[str],
 ) -> list[DataFile]:
-    """Write ``merge``'s rows beside its files, split at the target; their data file entries."""
+    """Write ``merge``'s rows beside its files, split at the target; their data file entries.
+
+    The inputs are read one file at a time (a level's merge may be far larger than memory)
+    and each output file holds at most a row group's worth of rows in memory.
+    """
     import pyarrow.dataset as pads
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     loc = sink.location
-    group = [f.file for f in merge.files]
-    rels = [_relative(sink, table, f.file_path) for f in group]
+    rels = [_relative(sink, table, f.file.file_path) for f in merge.files]
     current = table.schema().as_arrow()
     # The types the sink writes, without Iceberg's field-id metadata: files are resolved
     # through the table's name mapping, as the sink's own files are.
     schema = pa.schema([pa.field(f.name, f.type, f.nullable) for f in delta_schema(current)])
-    data = pads.dataset(
-        [loc.join(r) for r in rels], schema=current, filesystem=loc.filesystem, format="parquet"
-    ).to_table()
-    expected = sum(f.record_count for f in group)
-    if data.num_rows != expected:
-        raise _NotCommitted(
-            SinkError(
-                f"{sink.describe()}: files hold {data.num_rows} rows, the snapshot lists "
-                f"{expected}; nothing changed"
-            )
-        )
     directory = rels[0].rpartition("/")[0]
-    step = max(1, math.ceil(data.num_rows / output_pieces(merge.size_bytes, target_file_size)))
+    total = sum(f.file.record_count for f in merge.files)
+    step = max(1, math.ceil(total / output_pieces(merge.size_bytes, target_file_size)))
     out: list[DataFile] = []
-    for start in range(0, max(data.num_rows, 1), step):
-        # The level is in the name: Iceberg data files carry no free-form tags.
-        rel = f"{directory}/compacted-l{merge.level}-{uuid.uuid4().hex}.parquet"
-        written.append(rel)
-        try:
-            pq.write_table(
-                data.slice(start, step).cast(schema, safe=False),
-                loc.join(rel),
-                filesystem=loc.filesystem,
-                compression=sink.compression,
-            )
-            out.append(parquet_file_to_data_file(table.io, table.metadata, _full(table, rel)))
-        except Exception as exc:
-            raise _NotCommitted(sink._error(f"cannot write {rel}", exc)) from None
+    pieces = _Pieces(step, lambda rows: _write(sink, table, schema, directory, merge, rows))
+    try:
+        for f, rel in zip(merge.files, rels, strict=True):
+            # Read with the table's current schema: a column added later reads as null.
+            data = pads.dataset(
+                [loc.join(rel)], schema=current, filesystem=loc.filesystem, format="parquet"
+            ).to_table()
+            if data.num_rows != f.file.record_count:
+                raise _NotCommitted(
+                    SinkError(
+                        f"{sink.describe()}: {rel} holds {data.num_rows} rows, the snapshot "
+                        f"lists {f.file.record_count}; nothing changed"
+                    )
+                )
+            pieces.add(data.cast(schema, safe=False))
+        pieces.close()
+    finally:
+        written.extend(pieces.written)
+    for rel in pieces.written:
+        out.append(parquet_file_to_data_file(table.io, table.metadata, _full(table, rel)))
     return out
+
+
+class _Pieces:
+    """Rows cut into files of ``step`` rows, each written by ``write`` (which returns the
+    file's relative path) from buffers of at most about a row group."""
+
+    def __init__(self, step: int, write: Callable[[list[pa.Table]], str]) -> None:
+        self.step = step
+        self.write = write
+        self.written: list[str] = []
+        self._buffer: list[pa.Table] = []
+        self._rows = 0
+
+    def add(self, data: pa.Table) -> None:
+        while data.num_rows:
+            head = data.slice(0, self.step - self._rows)
+            data = data.slice(head.num_rows)
+            self._buffer.append(head)
+            self._rows += head.num_rows
+            if self._rows == self.step:
+                self._flush()
+
+    def close(self) -> None:
+        if self._buffer or not self.written:
+            self._flush()
+
+    def _flush(self) -> None:
+        self.written.append(self.write(self._buffer))
+        self._buffer, self._rows = [], 0
+
+
+def _write(
+    sink: IcebergSink,
+    table: Table,
+    schema: pa.Schema,
+    directory: str,
+    merge: Merge[TieredFile],
+    rows: list[pa.Table],
+) -> str:
+    """One merged file of ``rows``, written by row groups; its relative path."""
+    loc = sink.location
+    # The level is in the name: Iceberg data files carry no free-form tags.
+    rel = f"{directory}/compacted-l{merge.level}-{uuid.uuid4().hex}.parquet"
+    try:
+        with pq.ParquetWriter(
+            loc.join(rel), schema, filesystem=loc.filesystem, compression=sink.compression
+        ) as writer:
+            group: list[pa.Table] = []
+            for part in rows:
+                group.append(part)
+                if sum(t.nbytes for t in group) >= ROW_GROUP_BUFFER_BYTES:
+                    writer.write_table(pa.concat_tables(group))
+                    group = []
+            if group:
+                writer.write_table(pa.concat_tables(group))
+    except Exception as exc:
+        sfs.delete_quietly(loc, loc.join(rel))
+        raise _NotCommitted(sink._error(f"cannot write {rel}", exc)) from None
+    return rel
 
 
 def _full(table: Table, rel: str) -> str:
