@@ -159,6 +159,10 @@ def test_expired_offsets_are_a_loss_naming_the_offsets() -> None:
     )
     assert result.offset.positions[A0] == 40  # skip mode: reads 25..40 next
     assert result.offset.lost_records == 15
+    # The range read begins at the log start, recorded with the batch: the task does not
+    # meet the expired offsets again (and count them a second time).
+    assert dict(result.offset.starts) == {A0: 25}
+    assert plan_ranges(start, result.offset, markers=True) == [OffsetRange(A0, 25, 40)]
 
 
 def test_deleted_topic_is_pruned_and_loss_only_with_unread_records() -> None:

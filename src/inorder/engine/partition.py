@@ -79,6 +79,8 @@ class BatchReport:
     duplicates: int = 0
     #: Records of keys reset under ``restart_session``, skipped until a new session.
     ignored: int = 0
+    #: Offsets the tasks skipped as lost while reading (``failOnDataLoss=false``).
+    skipped_lost: int = 0
     timeouts: int = 0
     violations_by_rule: dict[str, int] = field(default_factory=dict)
     violations_by_partition: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -167,6 +169,8 @@ class PartitionBackend:
         #: Called with the batch id right before the sinks commit (the runner's lease check:
         #: a driver that lost the checkpoint's lease raises there and commits nothing).
         self.commit_guard: Callable[[int], None] | None = None
+        #: Where tasks report records applied while they run (the runner's live progress).
+        self.progress_to: tuple[str, int] | None = None
         self._types: Any = None
         self._schema: pa.Schema | None = None
 
@@ -234,6 +238,7 @@ class PartitionBackend:
             dead_letter_sink=self.dead_letter_sink,
             state_options=self.state_options,
             source_options=self.source_options,
+            progress_to=self.progress_to,
         )
 
     def plan(self, df: Any, batch_id: int) -> Any:
@@ -353,6 +358,7 @@ def summarize(batch_id: int, results: list[TaskResult]) -> BatchReport:
         report.dead_letters += counters.get("dead_letters", 0)
         report.duplicates += counters.get("duplicates", 0)
         report.ignored += counters.get("ignored", 0)
+        report.skipped_lost += counters.get("skipped_lost", 0)
         report.timeouts += counters.get("timeouts", 0)
         report.last_offsets[name] = r.last_offset
         if counts:

@@ -344,8 +344,13 @@ def _read_wave(
     ranges: list[tuple[TopicPartition, int, int]],
     beacon: ProgressBeacon,
 ) -> None:
-    """Read ranges of distinct partitions with one consumer; apply each chunk."""
-    chunks = read_ranges_records(options, ranges)
+    """Read ranges of distinct partitions with one consumer; apply each chunk.
+
+    Offsets the read skipped as lost (``failOnDataLoss=false``) are counted per partition
+    (``skipped_lost``): the run's summary and exit code say what the policy set aside.
+    """
+    lost: dict[TopicPartition, int] = {}
+    chunks = read_ranges_records(options, ranges, lost)
     failed: set[TopicPartition] = set()
     try:
         while len(failed) < len(ranges):
@@ -366,6 +371,9 @@ def _read_wave(
             beacon.add(tp, len(chunk))
     finally:
         chunks.close()
+        for tp, n in lost.items():
+            counters = work[tp].applier.counters
+            counters["skipped_lost"] = counters.get("skipped_lost", 0) + n
 
 
 def _record_tuples(batch: pa.RecordBatch) -> Iterator[RecordTuple]:

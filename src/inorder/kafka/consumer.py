@@ -192,12 +192,14 @@ def read_records(
 
 
 def read_ranges_records(
-    options: SourceOptions, ranges: Sequence[tuple[TopicPartition, int, int]]
+    options: SourceOptions,
+    ranges: Sequence[tuple[TopicPartition, int, int]],
+    lost: dict[TopicPartition, int] | None = None,
 ) -> Generator[tuple[TopicPartition, list[RecordTuple]], None, None]:
     """The records of every range, one consumer for all, as ``(partition, chunk)``.
 
     Each partition's chunks come in offset order; chunks of different partitions interleave
-    (:func:`inorder.kafka.fetch.fetch_runs`).
+    (:func:`inorder.kafka.fetch.fetch_runs`, which adds offsets skipped as lost to ``lost``).
     """
     from confluent_kafka import Message
 
@@ -207,7 +209,7 @@ def read_ranges_records(
     # garbage it made, so memory does not grow with the range (one pass per chunk, not one
     # per 700 allocations).
     collect_young = gc.isenabled()
-    for tp, messages, offsets in fetch_runs(options, ranges):
+    for tp, messages, offsets in fetch_runs(options, ranges, lost):
         n = len(messages)
         offset_list = range(offsets, offsets + n) if isinstance(offsets, int) else offsets
         # confluent-kafka timestamps: (0 not available | 1 create | 2 log append, ms)

@@ -85,10 +85,14 @@ class _Open:
     last_progress: float
     #: Moved to the log start after expired offsets: read on with a new consumer.
     moved: bool = False
+    #: Offsets of the range skipped as lost (``failOnDataLoss=false``): expired or deleted.
+    lost: int = 0
 
 
 def fetch_runs(
-    options: SourceOptions, ranges: Sequence[tuple[TopicPartition, int, int]]
+    options: SourceOptions,
+    ranges: Sequence[tuple[TopicPartition, int, int]],
+    lost: dict[TopicPartition, int] | None = None,
 ) -> Iterator[Run]:
     """The consumer's messages of every range, a run of one partition at a time.
 
@@ -96,7 +100,8 @@ def fetch_runs(
 
     Expired offsets (below the log start) raise :class:`DataLossError` naming topic,
     partition, expected and available offsets, or are skipped with a warning when
-    ``failOnDataLoss`` is false; a deleted topic likewise.
+    ``failOnDataLoss`` is false; a deleted topic likewise. Skipped offsets are added to
+    ``lost`` per partition, so the run can say what its policy set aside.
     """
     from confluent_kafka import Consumer, KafkaException
 
@@ -110,6 +115,7 @@ def fetch_runs(
         raise ValueError(f"fetch_runs reads one range per partition at a time, not {ranges}")
     if not reading:
         return
+    opened = list(reading.values())
     # Each batch allocates tens of thousands of short-lived objects (messages, tuples) that
     # never form cycles; the cyclic GC scanning them cost ~30% of the read rate (measured).
     # Paused while the ranges are read, restored when the generator ends or is closed.
@@ -133,6 +139,10 @@ def fetch_runs(
             consumer.close()
         if gc_was_enabled:
             gc.enable()
+        if lost is not None:
+            for skipped in opened:
+                if skipped.lost:
+                    lost[skipped.tp] = lost.get(skipped.tp, 0) + skipped.lost
 
 
 def _fetch(
@@ -247,6 +257,7 @@ def _take(
             continue
         if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
             resume = _handle_out_of_range(consumer, options, tp, current.expected, end)
+            current.lost += (end if resume is None else resume) - current.expected
             if resume is None:
                 done = True
                 break
@@ -318,6 +329,7 @@ def _deleted(current: _Open, options: SourceOptions) -> None:
     if options.fail_on_data_loss:
         raise DataLossError(event.message())
     log.warning("skipping: %s", event.message())
+    current.lost += max(current.end - current.expected, 0)
 
 
 def _partition_gone(consumer: Any, tp: TopicPartition, options: SourceOptions) -> bool:

@@ -67,3 +67,22 @@ def source_counters(progress: Mapping[str, Any] | str) -> dict[str, int]:
             out["lostRecords"] += end.lost_records
             out["prunedPartitions"] += end.pruned_partitions
     return out
+
+
+def counters_in_batch(progress: Mapping[str, Any] | str) -> dict[str, int]:
+    """This batch's share of the source's cumulative counters: ``lostRecords`` (offsets
+    skipped as lost, ``failOnDataLoss=false``) and ``prunedPartitions`` (partitions of
+    deleted topics dropped from the plan).
+
+    The source's offset carries cumulative counts; the batch's share is its end offset's
+    minus its start offset's (all of it for a first batch, which has no start).
+    """
+    out = {"lostRecords": 0, "prunedPartitions": 0}
+    for source in _progress(progress).get("sources", []) or []:
+        end = _offset(source.get("endOffset"))
+        if end is None:
+            continue
+        start = _offset(source.get("startOffset"))
+        out["lostRecords"] += end.lost_records - (start.lost_records if start else 0)
+        out["prunedPartitions"] += end.pruned_partitions - (start.pruned_partitions if start else 0)
+    return {name: max(n, 0) for name, n in out.items()}

@@ -12,7 +12,7 @@ Canonical form (optional keys appear only when set)::
      "lostRecords": 12,                    # cumulative records skipped (failOnDataLoss=false)
      "offsets": {"topic": {"0": 42, "1": 7}},
      "prunedPartitions": 3,                # cumulative partitions pruned (deleted topics)
-     "starts": {"topic": {"1": 0}},        # partitions that entered in this micro-batch
+     "starts": {"topic": {"1": 0}},        # where ranges begin that do not continue
      "tick": 28561}                        # only with inorder.tickIntervalMs
 
 ``offsets`` holds, per topic-partition, the next offset to read (exclusive end of what the
@@ -21,6 +21,9 @@ the first time in the micro-batch ending at this offset (a new query's partition
 partitions found later), where their range begins: the offset a micro-batch starts from does
 not know them. With it, a partition's starting position is in Spark's offset log, in the
 same entry as the first range read from it, so a replayed micro-batch plans the same ranges.
+A partition whose next offsets expired before they were read (skipped under
+``failOnDataLoss=false``) gets a start too: its range begins at the log start, and the
+skipped offsets, counted in ``lostRecords`` once, are not met again by the task.
 """
 
 from __future__ import annotations

@@ -196,6 +196,10 @@ def next_offset(
     losses: list[LossEvent] = []
     effective: dict[TopicPartition, int] = {}
     pruned: list[TopicPartition] = []
+    # Partitions whose range begins past expired offsets: recorded in ``starts`` so the
+    # range read starts at the log start (the skipped offsets are counted here, once, not
+    # again by the task that would meet them).
+    moved: dict[TopicPartition, int] = {}
     lost = 0
     for tp, pos in sorted(start.positions.items()):
         if tp in gone_set or tp not in watermarks:
@@ -211,7 +215,7 @@ def next_offset(
             event = LossEvent(tp, LossKind.EXPIRED, pos, wm.low)
             losses.append(event)
             lost += event.lost_records
-            effective[tp] = wm.low
+            effective[tp] = moved[tp] = wm.low
         elif pos > wm.high:
             losses.append(LossEvent(tp, LossKind.RESET, pos, wm.high))
             pruned.append(tp)  # re-discovered later as a new partition
@@ -249,7 +253,10 @@ def next_offset(
         pruned_partitions=start.pruned_partitions + len(pruned),
         # Only partitions with records to read need their start recorded: one that enters
         # with an empty range is planned from its position in ``positions`` next time.
-        starts={tp: pos for tp, pos in entering.items() if positions[tp] > pos},
+        starts={
+            **{tp: pos for tp, pos in entering.items() if positions[tp] > pos},
+            **moved,
+        },
     )
     return NextOffset(offset, tuple(losses), available, tuple(added), tuple(pruned))
 

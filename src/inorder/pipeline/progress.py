@@ -38,6 +38,11 @@ class BatchProgress:
     duplicates: int = 0
     #: ``ignored`` by ``topic[partition]`` (only partitions that had any).
     ignored_by_partition: dict[str, int] = field(default_factory=dict)
+    #: Offsets no longer in Kafka (expired, or their topic deleted) that the source skipped
+    #: under ``fail_on_data_loss = false``: records lost by policy, never read.
+    skipped_lost: int = 0
+    #: Partitions of deleted topics the source dropped from its plan.
+    pruned_partitions: int = 0
 
 
 #: ``inorder run``'s exit code when the run ended normally but its policy set data aside
@@ -62,6 +67,10 @@ class RunSummary:
     dead_letters: int = 0
     ignored: int = 0
     duplicates: int = 0
+    #: Offsets skipped as lost under ``fail_on_data_loss = false`` (see ``BatchProgress``).
+    skipped_lost: int = 0
+    #: Partitions of deleted topics dropped from the plan (see ``BatchProgress``).
+    pruned_partitions: int = 0
     #: The violation policy the run applied, and where its dead letters go (if anywhere).
     policy: str = ""
     dead_letter_output: str = ""
@@ -76,6 +85,8 @@ class RunSummary:
         self.dead_letters += batch.dead_letters
         self.ignored += batch.ignored
         self.duplicates += batch.duplicates
+        self.skipped_lost += batch.skipped_lost
+        self.pruned_partitions += batch.pruned_partitions
         for rule, count in batch.violations.items():
             self.violations[rule] = self.violations.get(rule, 0) + count
         for partition, counts in batch.violations_by_partition.items():
@@ -85,19 +96,27 @@ class RunSummary:
 
     @property
     def set_aside(self) -> bool:
-        """Whether the policy set any data aside: dead-lettered, reset or ignored records.
+        """Whether a policy set any data aside: dead-lettered, reset or ignored records, or
+        offsets skipped as lost because ``fail_on_data_loss`` is off.
 
         A run that did exits with :data:`SET_ASIDE_EXIT_CODE` from ``inorder run`` (unless
         the pipeline says otherwise), so a scheduler never sees it as a clean run.
         """
-        return bool(self.dead_letters or self.ignored or self.violations)
+        return bool(self.dead_letters or self.ignored or self.violations or self.skipped_lost)
 
     def set_aside_text(self) -> str:
         """One line saying what the policy set aside and where, or ``""`` if nothing."""
         if not self.set_aside:
             return ""
+        parts = []
+        if self.skipped_lost:
+            parts.append(
+                f"{self.skipped_lost:,} offset(s) no longer in Kafka skipped, never read "
+                "(fail_on_data_loss = false)"
+            )
         events = sum(self.violations.values())
-        parts = [f"{events:,} integrity event(s) under on_violation = {self.policy!r}"]
+        if events or self.dead_letters or self.ignored:
+            parts.append(f"{events:,} integrity event(s) under on_violation = {self.policy!r}")
         if self.dead_letters:
             where = f" in {self.dead_letter_output}" if self.dead_letter_output else ""
             parts.append(f"{self.dead_letters:,} record(s) dead-lettered{where}")
@@ -196,6 +215,8 @@ def format_batch(p: BatchProgress) -> str:
         line += f"  duplicates {p.duplicates:,}"
     if p.ignored:
         line += f"  ignored {p.ignored:,}"
+    if p.skipped_lost:
+        line += f"  lost offsets skipped {p.skipped_lost:,}"
     if p.violations_by_partition:
         line += f"  [{_by_partition_text(p.violations_by_partition)}]"
     return line
@@ -214,6 +235,10 @@ def format_summary(s: RunSummary) -> str:
         lines.append(f"duplicates skipped (a source's redelivery): {s.duplicates:,}")
     if s.set_aside:
         lines.append(s.set_aside_text())
+    if s.pruned_partitions:
+        # Not set aside by itself: a topic read to its end and then deleted is routine. Its
+        # unread records count as lost above only if the run saw them before the deletion.
+        lines.append(f"partitions of deleted topics dropped from the plan: {s.pruned_partitions:,}")
     if s.violations_by_partition:
         by_partition = _by_partition_text(s.violations_by_partition)
         lines.append(f"integrity events by partition: {by_partition}")
@@ -315,7 +340,14 @@ class JsonReporter:
 
     def summary(self, summary: RunSummary) -> None:
         """Emit the summary event."""
-        self._emit("summary", {**asdict(summary), "set_aside": summary.set_aside})
+        self._emit(
+            "summary",
+            {
+                **asdict(summary),
+                "set_aside": summary.set_aside,
+                "set_aside_text": summary.set_aside_text(),
+            },
+        )
 
 
 class QuietReporter:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from inorder.checkpoint.layout import CheckpointLayout
 from inorder.checkpoint.spark_log import parse_offsets_entry
 from inorder.errors import InorderError
+from inorder.kafka.lag import counters_in_batch
 from inorder.pipeline.progress import BatchProgress
 from inorder.records import TopicPartition
 
@@ -116,6 +117,7 @@ def batch_progress(
     duration = batch_duration(report, progress)
     lags = lag_by_partition(progress) if lag == "spark" else lag
     records = int(getattr(report, "records", 0))
+    source = counters_in_batch(progress)
     return BatchProgress(
         batch_id=batch_id,
         records=records,
@@ -136,6 +138,9 @@ def batch_progress(
         dead_letters=int(getattr(report, "dead_letters", 0)),
         ignored=int(getattr(report, "ignored", 0)),
         duplicates=int(getattr(report, "duplicates", 0)),
+        # Lost offsets skipped when the batch was planned, and by its tasks while reading.
+        skipped_lost=source["lostRecords"] + int(getattr(report, "skipped_lost", 0)),
+        pruned_partitions=source["prunedPartitions"],
         ignored_by_partition={
             f"{p.topic}[{p.partition}]": p.counters["ignored"]
             for p in getattr(report, "partitions", ())
@@ -187,7 +192,8 @@ def planned_records(layout: CheckpointLayout, batch_id: int) -> int | None:
     before = dict(start.positions) if start is not None else {}
     total = 0
     for tp, position in end.positions.items():
-        first = before.get(tp, end.starts.get(tp))
+        # Where the range began (kafka.planning.plan_ranges): a recorded start first.
+        first = end.starts.get(tp, before.get(tp))
         if first is not None:
             total += max(0, position - first)
     return total
