@@ -28,15 +28,31 @@ class LiveProgress:
         self._lock = threading.Lock()
         self._counts: dict[int, dict[tuple[str, int], int]] = {}
         self._closed = False
+        #: The host tasks send to, when it is not the bound address (see :meth:`on_driver`).
+        self.advertised: str | None = None
         self._thread = threading.Thread(target=self._receive, name="inorder-live-progress")
         self._thread.daemon = True
         self._thread.start()
+
+    @classmethod
+    def on_driver(cls, spark: Any) -> LiveProgress | None:
+        """A receiver on the address the session's driver binds (``None`` if it cannot bind:
+        the run goes on without live counts)."""
+        conf = spark.sparkContext.getConf()
+        host = conf.get("spark.driver.bindAddress") or conf.get("spark.driver.host")
+        try:
+            receiver = cls(host or "127.0.0.1")
+        except OSError:
+            return None
+        # Executors reach the driver at its advertised host, which may differ from the bind.
+        receiver.advertised = conf.get("spark.driver.host") or receiver.address[0]
+        return receiver
 
     @property
     def address(self) -> tuple[str, int]:
         """Where tasks send their counts (host, port)."""
         host, port = self._socket.getsockname()[:2]
-        return str(host), int(port)
+        return self.advertised or str(host), int(port)
 
     def applied(self, batch_id: int) -> int | None:
         """Records applied so far in ``batch_id``; ``None`` before any task reported."""

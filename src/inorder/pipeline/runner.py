@@ -33,6 +33,7 @@ from inorder.pipeline.identity import (
     RecordedSettings,
     check_identity,
 )
+from inorder.pipeline.live_progress import LiveProgress
 from inorder.pipeline.observer import SafeObservers
 from inorder.pipeline.progress import (
     ProgressReporter,
@@ -97,6 +98,8 @@ class PipelineRunner:
         self._tables: Any = None
         self._log_file: str | None = None
         self._running: tuple[int, float] | None = None
+        self._phase: str | None = None  # "tables" while the session tables are written
+        self._live: LiveProgress | None = None
         self._planned: tuple[int, int | None] = (-1, None)
         self._lease: CheckpointLease | None = None
 
@@ -181,6 +184,7 @@ class PipelineRunner:
             self._running = (batch_id, time.monotonic())
             try:
                 report = self._backend.run_batch(df, batch_id)
+                self._phase = "tables" if self._materializer or self._tables else None
                 if self._lease is not None and (self._materializer or self._tables):
                     self._lease.check(batch_id)  # they commit too: fenced likewise
                 if self._materializer is not None:
@@ -194,7 +198,9 @@ class PipelineRunner:
                 self._quiet_spark()
                 raise
             finally:
-                self._running = None
+                self._running = self._phase = None
+                if self._live is not None:
+                    self._live.forget(batch_id)
             self._reports[batch_id] = report
             self._batches_done += 1
             if self.stop_after_batches is not None and (
@@ -311,6 +317,9 @@ class PipelineRunner:
         if self._early is None or self._early.options != options:
             self._spark = build_spark_session(**options)
         warm_python_workers(self._spark, p.spark_master, self._worker_pools())
+        if p.backend == "partition":  # its tasks report records applied while they run
+            self._live = LiveProgress.on_driver(self._spark)
+            self._backend.progress_to = None if self._live is None else self._live.address
         extra = self._source_options()
         df = p.source.load(self._spark, extra_options=extra)
         if self._reads_in_tasks():
@@ -345,6 +354,8 @@ class PipelineRunner:
                         summary.stopped_because = "stop requested"
         finally:
             restore()
+            if self._live is not None:
+                self._live.close()
         self._report_progress(query, printed, summary)
         summary.seconds = time.monotonic() - started
         try:
@@ -429,7 +440,9 @@ class PipelineRunner:
         done, total = task_counts(self._spark)
         if self._planned[0] != batch_id:
             self._planned = (batch_id, planned_records(self.layout, batch_id))
-        show(RunningBatch(batch_id, time.monotonic() - started, done, total, self._planned[1]))
+        applied = None if self._live is None else self._live.applied(batch_id)
+        seconds = time.monotonic() - started
+        show(RunningBatch(batch_id, seconds, done, total, self._planned[1], applied, self._phase))
 
     def stop(self) -> None:
         """Ask the run to stop after the current micro-batch (from any thread)."""
