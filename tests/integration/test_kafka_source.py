@@ -613,5 +613,5 @@ def test_exactly_once_across_kill_9_of_the_driver(kafka: Any, tmp_path: Path, ma
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     drain = _start_driver(kafka, topic, ck, out, master, "drain")
-    assert drain.wait(600) == 0  # hundreds of 700-record batches on a busy machine
+    assert drain.wait(600) == 0
     assert_exactly_once(read_outputs(out), expected_offsets(kafka.bootstrap_servers, topic, 2))

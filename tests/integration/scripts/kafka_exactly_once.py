@@ -21,7 +21,12 @@ def main() -> None:
     from inorder.pipeline.spark import build_spark_session
 
     spark = build_spark_session(master=master, app_name="kafka-exactly-once")
-    source = KafkaSource(bootstrap_servers=bootstrap, topics=[topic], max_offsets_per_trigger=700)
+    # Small batches while the test kills the driver (more commit points to land a kill
+    # between); the drain after it only has to read the rest, in as few batches as it takes.
+    per_trigger = 700 if mode == "run" else 100_000
+    source = KafkaSource(
+        bootstrap_servers=bootstrap, topics=[topic], max_offsets_per_trigger=per_trigger
+    )
     df = source.load(spark)
     os.makedirs(out, exist_ok=True)
 
