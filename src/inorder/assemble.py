@@ -28,6 +28,7 @@ from inorder.sinks.base import Sink
 
 if TYPE_CHECKING:
     from inorder.codecs.base import Codec
+    from inorder.ops.target import OpsTarget
     from inorder.sessions.tables_writer import TableOutputs
 
 #: ``processor.type`` names built in, as ``module:attribute`` references (any other value is
@@ -314,3 +315,42 @@ def load_pipeline(
             "(or a function returning one)"
         )
     return made
+
+
+def load_target(reference: str, overrides: Mapping[str, Any] | None = None) -> OpsTarget:
+    """The operations tools' view of a pipeline (TOML file or ``module:attribute``), loaded
+    as its last run ran it.
+
+    A TOML pipeline gets the ``--set`` overrides its last run recorded in the checkpoint
+    (``overrides`` given here win), so the tools judge the output that run wrote.
+    """
+    from inorder.checkpoint.layout import CheckpointLayout
+    from inorder.ops.target import OpsTarget
+    from inorder.pipeline.identity import RecordedSettings
+
+    given = dict(overrides or {})
+    pipeline = load_pipeline(reference, given)
+    if not reference.endswith(".toml"):
+        return OpsTarget(pipeline)
+    info = CheckpointLayout.of(pipeline.checkpoint).info()
+    recorded = RecordedSettings.from_json(None if info is None else info.settings)
+    if recorded is None:
+        return OpsTarget(pipeline)
+    replay = {**recorded.replayable_overrides(), **given}
+    notes = []
+    if replay != given:
+        pipeline = load_pipeline(reference, replay)
+        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(replay.items()) if k not in given)
+        notes.append(
+            f"using the overrides the last run ({recorded.recorded_at}) recorded in the "
+            f"checkpoint: {shown}"
+        )
+    masked = sorted(k for k, v in recorded.overrides.items() if k not in replay)
+    if masked:
+        notes.append(
+            f"the last run overrode {', '.join(masked)} with a secret that is not recorded: "
+            "using the file's value (pass it again with --set if it differs)"
+        )
+    if recorded.source and recorded.source not in ("python", reference):
+        notes.append(f"the last run used {recorded.source}, not {reference}")
+    return OpsTarget(pipeline, notes)

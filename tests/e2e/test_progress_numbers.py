@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from inorder.assemble import build_pipeline
+from inorder.assemble import build_pipeline, load_target
 from inorder.checkpoint import CheckpointLayout
 from inorder.commands.run import dump_toml
 from inorder.ops.inspect import format_inspect, inspect_all
-from inorder.ops.target import OpsTarget
 from inorder.pipeline.batch_history import read_history
 from inorder.pipeline.config import load_toml, validate
 from inorder.pipeline.progress import JsonReporter
@@ -89,7 +88,7 @@ def test_the_batch_re_run_after_a_restart_has_its_true_lag_and_duration(
 
     # inspect: batch 1 took what the run that committed it measured, not the time from
     # its planning in the first run to its commit in the second (the pause and a start-up).
-    doc = inspect_all(OpsTarget.load(str(toml)), True, False, limit=None)
+    doc = inspect_all(load_target(str(toml)), True, False, limit=None)
     shown = {b["batch_id"]: b for b in doc["batches"]}
     recorded = read_history(CheckpointLayout.of(tmp_path / "ck"))
     assert shown[1]["duration_seconds"] == round(recorded[1]["duration_seconds"], 3)

@@ -20,13 +20,12 @@ from confluent_kafka import Producer
 from tests.fixtures.sessions_job import small_simulation
 from tests.integration.test_validate import session_config
 
-from inorder.assemble import build_pipeline
+from inorder.assemble import build_pipeline, load_target
 from inorder.checkpoint import CheckpointLayout
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.ops.batchlog import load_batch_log
 from inorder.ops.inspect import state_sizes
-from inorder.ops.target import OpsTarget
 from inorder.pipeline.batch_history import BatchHistory
 from inorder.ui.app import create_app
 from inorder.ui.server import UiServer
@@ -110,7 +109,7 @@ def test_page_shows_the_checkpoint_and_updates_live(
     history = BatchHistory(CheckpointLayout.of(tmp_path / "checkpoint"))
     _run(config, history)
 
-    target = OpsTarget.load(str(toml))
+    target = load_target(str(toml))
     server = UiServer(create_app(StatusSource(str(toml), target), TOKEN)).start()
     try:
         browser.get(f"{server.url}/pipelines/ops?token={TOKEN}")

@@ -17,10 +17,9 @@ import pytest
 from confluent_kafka import Producer
 from tests.e2e.test_status_page import WAIT, _number, _shoot, _text, browser
 
-from inorder.assemble import build_pipeline
+from inorder.assemble import build_pipeline, load_target
 from inorder.checkpoint import CheckpointLayout
 from inorder.commands.run import dump_toml
-from inorder.ops.target import OpsTarget
 from inorder.pipeline.batch_history import read_history
 from inorder.pipeline.config import validate
 from inorder.pipeline.progress import QuietReporter
@@ -109,7 +108,7 @@ def test_page_numbers_are_the_sinks_own(
     toml.write_text(dump_toml(config))
     _run(config)
 
-    source = StatusSource(str(toml), OpsTarget.load(str(toml)))
+    source = StatusSource(str(toml), load_target(str(toml)))
     server = UiServer(create_app(source, TOKEN)).start()
     run: threading.Thread | None = None
     try:

@@ -23,10 +23,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from confluent_kafka.cimpl import TopicPartition as KafkaTopicPartition
 
+from inorder.assemble import load_target
 from inorder.commands.run import dump_toml
 from inorder.kafka.offsets import SourceOffset
 from inorder.kafka.planning import LossEvent, LossKind
-from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.config import validate as validate_config
@@ -254,7 +254,7 @@ def test_partition_added_mid_run(
         p: sorted(found.get(p, [])) == [(o, o + 1) for o in range(size)]
         for p, size in sizes.items()
     }
-    report = validate(OpsTarget.load(str(toml)))
+    report = validate(load_target(str(toml)))
     ok = rc == 0 and all(exact.values()) and report.ok
     check = (
         f"{'exact' if ok else 'NOT exact'}: every offset of partitions 0-2 once, counted in "

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
+from inorder.assemble import load_target
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
-from inorder.ops.target import OpsTarget
 from inorder.sessions.rebuild import read_changes, rebuild_tables
 from inorder.sessions.tables_check import check_pipeline_tables
 from inorder.sessions.tables_delta import BATCH_KEY
@@ -134,7 +134,7 @@ def test_kill_9_at_each_seam_of_a_commit(
     tables_equal = current_tables(str(current), None) == expected
     as_of = check_history(changes, str(history), None, 30)
     assert _table_batch(current) == _table_batch(history) == max(_change_log(output)[1])
-    target = OpsTarget.load(str(toml))
+    target = load_target(str(toml))
     validated = check_pipeline_tables(target.pipeline, (target.layout.read_info() or {})["id"])
     assert validated is not None
     tables_equal = tables_equal and validated.ok

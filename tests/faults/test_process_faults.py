@@ -30,6 +30,7 @@ from typing import Any
 import psutil
 import pytest
 
+from inorder.assemble import load_target
 from inorder.commands.run import dump_toml
 from inorder.dev import services
 from inorder.dev.simulator import GroundTruth, simulate
@@ -299,12 +300,11 @@ def exact_check(
 
 def exact_verdict(changes: Any, truth: Any, toml: Path, **validate_args: Any) -> tuple[bool, str]:
     """Change rows against the truth, and ``inorder validate`` of the pipeline ``toml``."""
-    from inorder.ops.target import OpsTarget
     from inorder.ops.validate import validate
 
     duplicated = duplicate_change_rows(changes)
     tables = verify_changes(changes, truth)
-    report = validate(OpsTarget.load(str(toml)), **validate_args)
+    report = validate(load_target(str(toml)), **validate_args)
     missing = sum(p.missing for p in report.partitions)
     extra = sum(p.extra for p in report.partitions)
     different = sum(p.different for p in report.partitions)

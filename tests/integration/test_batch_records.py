@@ -9,10 +9,9 @@ from typing import Any
 import pyarrow.compute as pc
 import pytest
 
-from inorder.assemble import build_pipeline
+from inorder.assemble import build_pipeline, load_target
 from inorder.dev.sim_model import FaultRates, SimulationConfig
 from inorder.dev.simulator import simulate
-from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate
 from inorder.pipeline.config import validate as validate_config
 from inorder.sinks.parquet import read_committed
@@ -118,6 +117,6 @@ def test_validate_reproduces_timeouts_from_merged_batch_records(
     output = read_committed(str(tmp_path / "output"))
     ends = pc.sum(pc.equal(output.column("op"), "end")).as_py()
     assert ends and ends > 0, "no session ended by a processing-time timeout"
-    report = validate(OpsTarget.load(str(toml)))
+    report = validate(load_target(str(toml)))
     assert report.ok, "\n".join(report.lines())
     assert all(p.exact_batches for p in report.partitions)

@@ -18,7 +18,7 @@ import pyarrow.fs as pafs
 import pytest
 from tests.fixtures.sessions_job import RESTART_SESSION, sessions_config, small_simulation
 
-from inorder.assemble import build_pipeline
+from inorder.assemble import build_pipeline, load_target
 from inorder.checkpoint import CheckpointLayout
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
@@ -84,7 +84,7 @@ def test_inspect_validate_replay_and_repair_on_an_s3_checkpoint(
     s3_config = {**config, "pipeline": {**config["pipeline"], "checkpoint": remote}}
     s3_toml = tmp_path / "s3.toml"
     s3_toml.write_text(dump_toml(s3_config))
-    local, on_s3 = OpsTarget.load(str(local_toml)), OpsTarget.load(str(s3_toml))
+    local, on_s3 = load_target(str(local_toml)), load_target(str(s3_toml))
     assert on_s3.layout.location.is_s3
 
     # inspect: the same batches (ranges, committed) and the same state per partition.
@@ -126,4 +126,4 @@ def test_inspect_validate_replay_and_repair_on_an_s3_checkpoint(
     assert info is not None and info.id == owner.id and info.identity == owner.identity
     assert info.batch_offset == 2 and info.starting_offsets == plan.starting_offsets()
     assert on_s3.layout.planned_batches() == []
-    assert plan_repair(OpsTarget.load(str(s3_toml))).nothing_to_do
+    assert plan_repair(load_target(str(s3_toml))).nothing_to_do

@@ -19,12 +19,11 @@ from tests.fixtures.sessions_job import (
     small_simulation,
 )
 
-from inorder.assemble import build_pipeline
+from inorder.assemble import build_pipeline, load_target
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.ops.kafka_reads import watermarks
 from inorder.ops.repair import apply_repair, plan_repair, read_info
-from inorder.ops.target import OpsTarget
 from inorder.pipeline.runner import PipelineRunner
 from inorder.records import TopicPartition
 from inorder.sinks.base import ConsumedOffsets, SinkError, WrittenFile
@@ -333,7 +332,7 @@ def test_repair_of_an_iceberg_output_restores_the_truth(
     assert check_truth(output(), sim.ground_truth), "the crash did no harm"
     owner = read_info(str(checkpoint))["id"]  # type: ignore[index]
 
-    target = OpsTarget.load(str(toml))
+    target = load_target(str(toml))
     plan = apply_repair(target, plan_repair(target, use_validate=True))
     assert plan.applied and plan.outputs[0].rows > 0 and plan.batch_offset > 0
     assert plan.outputs[0].kind == "iceberg"
@@ -342,7 +341,7 @@ def test_repair_of_an_iceberg_output_restores_the_truth(
     sink.bind(owner)
     # The delete kept the batch summaries: batch ids continue after the last one.
     assert sink.last_committed_batch() == plan.batch_offset - 1
-    assert plan_repair(OpsTarget.load(str(toml))).nothing_to_do
+    assert plan_repair(load_target(str(toml))).nothing_to_do
 
     run()
     problems = check_truth(output(), sim.ground_truth)

@@ -21,12 +21,11 @@ from tests.fixtures.sessions_job import (
 )
 from tests.fixtures.sink_cases import assert_whole_batches, stage_batch
 
-from inorder.assemble import build_pipeline
+from inorder.assemble import build_pipeline, load_target
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.errors import ConfigError
 from inorder.ops.output import OutputView
-from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate as validate_output
 from inorder.pipeline.config import validate
 from inorder.records import TopicPartition
@@ -412,7 +411,7 @@ def test_session_pipeline_onto_iceberg_equals_parquet_and_the_truth(
 
     toml = iceberg_work / "pipeline.toml"
     toml.write_text(dump_toml(ice_config))
-    target = OpsTarget.load(str(toml))
+    target = load_target(str(toml))
     report = validate_output(target)
     assert report.ok, "\n".join(report.lines())
     assert sum(p.records for p in report.partitions) == sim.records

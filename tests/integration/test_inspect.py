@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from tests.integration.test_validate import RunFixture, cli, make_run
 
+from inorder.assemble import load_target
 from inorder.ops.batchlog import load_batch_log
 from inorder.ops.inspect import inspect_all, key_state
-from inorder.ops.target import OpsTarget
 from inorder.records import TopicPartition
 
 
@@ -20,7 +20,7 @@ def clean_run(kafka: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) 
 
 
 def test_batches_cover_every_record_once(clean_run: RunFixture) -> None:
-    doc = inspect_all(OpsTarget.load(str(clean_run.toml)), True, True, limit=None)
+    doc = inspect_all(load_target(str(clean_run.toml)), True, True, limit=None)
     batches = doc["batches"]
     assert len(batches) >= 3
     assert all(b["committed"] for b in batches)
@@ -56,7 +56,7 @@ def test_batches_cover_every_record_once(clean_run: RunFixture) -> None:
 
 
 def test_key_state_matches_ground_truth(clean_run: RunFixture) -> None:
-    target = OpsTarget.load(str(clean_run.toml))
+    target = load_target(str(clean_run.toml))
     log = load_batch_log(target.spark_dir, target.engine)
     truth = next(
         s
@@ -114,7 +114,7 @@ def test_every_run_records_its_batch_history(clean_run: RunFixture) -> None:
     """A run from Python (no CLI, no status page) keeps each batch's progress line too."""
     from inorder.pipeline.batch_history import read_history
 
-    target = OpsTarget.load(str(clean_run.toml))
+    target = load_target(str(clean_run.toml))
     log = load_batch_log(target.spark_dir, target.engine)
     history = read_history(target.layout)
     assert sorted(history) == [b.batch_id for b in log.batches]

@@ -21,12 +21,11 @@ from confluent_kafka.cimpl import TopicPartition as KafkaTopicPartition
 from tests.e2e.cli_jobs import Halver
 from tests.integration.test_validate import cli, session_config, small_simulation
 
-from inorder.assemble import build_pipeline
+from inorder.assemble import build_pipeline, load_target
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
-from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.identity import (
@@ -68,7 +67,7 @@ def test_set_overrides_are_recorded_and_used_by_validate(recorded_run: Recorded)
     assert settings.overrides == {"sink.path": str(recorded_run.real_output)}
     assert info["pipeline"]["output"] == f"ParquetSink {recorded_run.real_output}"
 
-    target = OpsTarget.load(str(recorded_run.toml))
+    target = load_target(str(recorded_run.toml))
     assert target.pipeline.sink.path == str(recorded_run.real_output)
     assert any("sink.path" in note for note in target.notes)
     report = validate(target)
@@ -138,7 +137,7 @@ def test_expired_records_are_not_checkable(
     build_pipeline(config).run()
     toml = work / "pipeline.toml"
     toml.write_text(dump_toml(config))
-    target = OpsTarget.load(str(toml))
+    target = load_target(str(toml))
     first = validate(target)
     assert first.ok and all(p.checkable for p in first.partitions), first.lines()
 
@@ -152,7 +151,7 @@ def test_expired_records_are_not_checkable(
     for future in futures.values():
         future.result(timeout=15)
 
-    report = validate(OpsTarget.load(str(toml)))
+    report = validate(load_target(str(toml)))
     diff = next(
         p for p in report.partitions if (p.topic, p.partition) == (victim.topic, victim.partition)
     )

@@ -19,7 +19,7 @@ from tests.fixtures.sessions_job import (
     small_simulation,
 )
 
-from inorder.assemble import build_pipeline
+from inorder.assemble import build_pipeline, load_target
 from inorder.commands.run import dump_toml
 from inorder.dev.sim_model import SimulationConfig
 from inorder.dev.simulator import simulate
@@ -154,7 +154,7 @@ def test_repair_after_lost_state_restores_the_truth(
     assert planned["rows_to_delete"] > 0
     assert snapshot(output, checkpoint) == before
 
-    target = OpsTarget.load(str(toml))
+    target = load_target(str(toml))
     plan = apply_repair(target, plan_repair(target, use_validate=True))
     assert plan.applied and plan.backup is not None and Path(plan.backup).is_dir()
     assert plan.outputs[0].rows == planned["rows_to_delete"]
@@ -178,7 +178,7 @@ def test_repair_after_lost_state_restores_the_truth(
 
     # validate and inspect know the output numbers this checkpoint's batches from the offset:
     # the output's last batch is found in the new checkpoint's log (not "missing from it").
-    checked = validate(OpsTarget.load(str(toml)))
+    checked = validate(load_target(str(toml)))
     assert checked.ok, checked.lines()
     assert any("repaired" in n for n in checked.notes), checked.notes
     assert not any("does not hold" in n for n in checked.notes), checked.notes

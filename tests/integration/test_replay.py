@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from tests.integration.test_validate import RunFixture, make_run
 
+from inorder.assemble import load_target
 from inorder.ops.batchlog import load_batch_log
 from inorder.ops.kafka_reads import read_chunks
 from inorder.ops.replay import Replayer, ReplayOptions
 from inorder.ops.statefiles import load_partition_state
-from inorder.ops.target import OpsTarget
 from inorder.records import TopicPartition
 from inorder.state.codec import StateCodec
 
@@ -44,7 +44,7 @@ def _values(stdout: str, tag: str) -> list[str]:
 
 
 def test_break_at_offset_stops_with_checkpointed_state(faulty_run: RunFixture) -> None:
-    target = OpsTarget.load(str(faulty_run.toml))
+    target = load_target(str(faulty_run.toml))
     log = load_batch_log(target.spark_dir, target.engine)
     committed = [b for b in log.batches if b.committed]
     assert len(committed) >= 3, "the run should take several batches"
@@ -135,7 +135,7 @@ def test_break_on_violation_stops_at_injected_fault(faulty_run: RunFixture) -> N
 
 
 def test_replay_prints_records_and_state_changes(faulty_run: RunFixture) -> None:
-    target = OpsTarget.load(str(faulty_run.toml))
+    target = load_target(str(faulty_run.toml))
     tp = TopicPartition(sorted(faulty_run.sim.topics)[-1], 1)
     lines: list[str] = []
 

@@ -15,10 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 from tests.fixtures.sessions_job import TWO_LOCAL_CORES, sessions_config, small_simulation
 
-from inorder.assemble import build_pipeline
+from inorder.assemble import build_pipeline, load_target
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import SimulationResult, simulate
-from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate
 from inorder.sinks.parquet import committed_files
 
@@ -88,7 +87,7 @@ def finished_run(kafka: Any, spark: Any, tmp_path_factory: pytest.TempPathFactor
 
 
 def test_correct_run_validates_clean(finished_run: RunFixture) -> None:
-    report = validate(OpsTarget.load(str(finished_run.toml)))
+    report = validate(load_target(str(finished_run.toml)))
     assert report.partitions, "no partition validated"
     assert report.ok, "\n".join(report.lines())
     assert sum(p.records for p in report.partitions) == finished_run.sim.records
@@ -137,7 +136,7 @@ def test_deleted_and_altered_rows_are_reported_exactly(finished_run: RunFixture)
 
     path, original = _tamper(run.output, change)
     try:
-        report = validate(OpsTarget.load(str(run.toml)))
+        report = validate(load_target(str(run.toml)))
         bad = [p for p in report.partitions if not p.ok]
         assert len(bad) == 1, "\n".join(report.lines())
         diff = bad[0]
@@ -152,7 +151,7 @@ def test_deleted_and_altered_rows_are_reported_exactly(finished_run: RunFixture)
 
         # Compared from after the tampered offsets, the output is clean again.
         later = max(o for _, o in deleted + altered) + 1
-        assert validate(OpsTarget.load(str(run.toml)), from_offset=later).ok
+        assert validate(load_target(str(run.toml)), from_offset=later).ok
     finally:
         path.write_bytes(original)
 
@@ -160,9 +159,9 @@ def test_deleted_and_altered_rows_are_reported_exactly(finished_run: RunFixture)
 def test_extra_rows_are_reported(finished_run: RunFixture) -> None:
     path, original = _tamper(finished_run.output, lambda t: pa.concat_tables([t, t.slice(5, 1)]))
     try:
-        report = validate(OpsTarget.load(str(finished_run.toml)))
+        report = validate(load_target(str(finished_run.toml)))
         bad = [p for p in report.partitions if not p.ok]
         assert [(p.extra, p.missing, p.different) for p in bad] == [(1, 0, 0)]
     finally:
         path.write_bytes(original)
-    assert validate(OpsTarget.load(str(finished_run.toml))).ok
+    assert validate(load_target(str(finished_run.toml))).ok

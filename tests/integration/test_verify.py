@@ -21,11 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 from tests.fixtures.sessions_job import TWO_LOCAL_CORES, sessions_config, small_simulation
 
-from inorder.assemble import build_pipeline
+from inorder.assemble import build_pipeline, load_target
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.ops.repair import apply_repair, plan_repair
-from inorder.ops.target import OpsTarget
 from inorder.ops.verify import CheckpointEnd, VerifyReport, checkpoint_end, verify
 from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.runner import PipelineRunner
@@ -91,7 +90,7 @@ def check(
 
 def end_of(run: Run) -> CheckpointEnd:
     """Where the run's checkpoint says its committed output ends."""
-    end = checkpoint_end(OpsTarget.load(str(run.toml)))
+    end = checkpoint_end(load_target(str(run.toml)))
     assert end is not None
     return end
 
@@ -434,11 +433,11 @@ def test_a_repaired_output_verifies_clean_against_its_checkpoint(
     for victim in sorted(p for p in state.glob("*/*") if p.is_dir()):
         shutil.rmtree(victim)
     build_pipeline(config).run()
-    target = OpsTarget.load(str(toml))
+    target = load_target(str(toml))
     plan = apply_repair(target, plan_repair(target, use_validate=True))
     assert plan.applied and plan.batch_offset > 0
     build_pipeline(config).run()
-    target = OpsTarget.load(str(toml))
+    target = load_target(str(toml))
     end = checkpoint_end(target)
     assert end is not None and end.restart_batch == plan.batch_offset
     owner = str((target.layout.read_info() or {})["id"])

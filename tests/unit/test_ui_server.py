@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from tests.fixtures.sessions_job import sessions_config
 
+from inorder.assemble import load_target
 from inorder.commands.run import dump_toml
 from inorder.errors import ConfigError
 from inorder.kafka.offsets import SourceOffset
-from inorder.ops.target import OpsTarget
 from inorder.records import TopicPartition
 from inorder.ui.app import MAX_QUERY, TOKEN_COOKIE, create_app
 from inorder.ui.server import UiServer, check_bind, is_loopback
@@ -39,7 +39,7 @@ def _pipeline(kafka: Any, work: Path, name: str = NAME) -> Path:
 def served(kafka: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[UiServer, Path]]:
     work = tmp_path_factory.mktemp("ui-server")
     toml = _pipeline(kafka, work)
-    source = StatusSource(str(toml), OpsTarget.load(str(toml)))
+    source = StatusSource(str(toml), load_target(str(toml)))
     server = UiServer(create_app(source, TOKEN)).start()
     yield server, work
     server.stop()
@@ -171,7 +171,7 @@ def test_read_only(served: tuple[UiServer, Path]) -> None:
 
 def test_errors_never_show_a_stack_trace(kafka: Any, tmp_path: Path) -> None:
     toml = _pipeline(kafka, tmp_path, "ui-broken")
-    source = StatusSource(str(toml), OpsTarget.load(str(toml)))
+    source = StatusSource(str(toml), load_target(str(toml)))
     server = UiServer(create_app(source)).start()
     try:
         checkpoint = tmp_path / "checkpoint"

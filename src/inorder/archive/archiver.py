@@ -30,11 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inorder.archive.layout import ARCHIVE_SCHEMA, PARTITION_BY, ArchivedRange, write_index
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.ddl import arrow_ddl
 from inorder.engine.task import INPUT_EXPRS
 from inorder.errors import ConfigError, InorderError
 from inorder.kafka.markers import marker_rows
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.query import checkpoint_owner, trigger_kwargs
 from inorder.sinks.base import Sink, SinkError, WrittenFile
 from inorder.sinks.parquet import ParquetSink

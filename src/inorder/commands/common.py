@@ -84,9 +84,10 @@ def add_state_dir_option(
 def open_target(args: argparse.Namespace) -> OpsTarget:
     """The pipeline ``args.pipeline`` names with its ``--set`` overrides, opened for reading
     its checkpoint and output; the settings notes go to stderr."""
-    from inorder.ops.target import OpsTarget
 
-    target = OpsTarget.load(args.pipeline, parse_overrides(args.set))
+    from inorder.assemble import load_target
+
+    target = load_target(args.pipeline, parse_overrides(args.set))
     print_notes(target.notes)
     return target
 

@@ -8,11 +8,11 @@ per-partition state and the processing time of each batch).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.codecs.base import Codec
 from inorder.engine.apply import OrderedApplier
 from inorder.engine.reference import DictStateView
@@ -20,8 +20,6 @@ from inorder.integrity import Integrity
 from inorder.kafka.options import SourceOptions
 from inorder.kafka.source_protocol import Source
 from inorder.ops.batchlog import Segment
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
-from inorder.pipeline.identity import SETTINGS_FIELD, RecordedSettings
 from inorder.processor import Processor, ProcessorTypes, processor_types
 from inorder.records import TopicPartition
 from inorder.sinks.base import Sink
@@ -31,47 +29,15 @@ from inorder.state.entry import KeyEntry, PartitionMeta
 
 @dataclass
 class OpsTarget:
-    """A pipeline seen by the operations tools (nothing is started by creating one)."""
+    """A pipeline seen by the operations tools (nothing is started by creating one).
+
+    The tools' commands get one from :func:`inorder.assemble.load_target`, which loads the
+    pipeline as its last run ran it.
+    """
 
     pipeline: Any
     notes: list[str] = field(default_factory=list)
     """What the operator should know about the settings in use (printed by the commands)."""
-
-    @classmethod
-    def load(cls, reference: str, overrides: Mapping[str, Any] | None = None) -> OpsTarget:
-        """Load a pipeline from a TOML file or ``module:attribute``, as its last run ran it.
-
-        A TOML pipeline gets the ``--set`` overrides its last run recorded in the checkpoint
-        (``overrides`` given here win), so the tools judge the output that run wrote.
-        """
-        from inorder.assemble import load_pipeline
-
-        given = dict(overrides or {})
-        pipeline = load_pipeline(reference, given)
-        if not reference.endswith(".toml"):
-            return cls(pipeline)
-        info = CheckpointLayout.of(pipeline.checkpoint).read_info() or {}
-        recorded = RecordedSettings.from_json(info.get(SETTINGS_FIELD))
-        if recorded is None:
-            return cls(pipeline)
-        replay = {**recorded.replayable_overrides(), **given}
-        notes = []
-        if replay != given:
-            pipeline = load_pipeline(reference, replay)
-            shown = ", ".join(f"{k}={v!r}" for k, v in sorted(replay.items()) if k not in given)
-            notes.append(
-                f"using the overrides the last run ({recorded.recorded_at}) recorded in the "
-                f"checkpoint: {shown}"
-            )
-        masked = sorted(k for k, v in recorded.overrides.items() if k not in replay)
-        if masked:
-            notes.append(
-                f"the last run overrode {', '.join(masked)} with a secret that is not recorded: "
-                "using the file's value (pass it again with --set if it differs)"
-            )
-        if recorded.source and recorded.source not in ("python", reference):
-            notes.append(f"the last run used {recorded.source}, not {reference}")
-        return cls(pipeline, notes)
 
     @property
     def processor(self) -> Processor[Any, Any, Any]:
