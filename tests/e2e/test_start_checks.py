@@ -28,9 +28,9 @@ from confluent_kafka import Producer
 from tests.e2e.cli_jobs import CountRaw, CountRawSessions, CountReadings
 
 from inorder import Codec, Integrity, KafkaSource, ParquetSink, Pipeline, Processor
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.commands.run import dump_toml
 from inorder.errors import ConfigError
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.config import validate
 from inorder.pipeline.identity import IDENTITY_FIELD
 from inorder.sinks.parquet import read_committed

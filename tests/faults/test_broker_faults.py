@@ -24,11 +24,11 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from confluent_kafka.cimpl import TopicPartition as KafkaTopicPartition
 
 from inorder.assemble import load_target
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.commands.run import dump_toml
 from inorder.kafka.offsets import SourceOffset
 from inorder.kafka.planning import LossEvent, LossKind
 from inorder.ops.validate import validate
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.config import validate as validate_config
 from inorder.records import TopicPartition
 from inorder.sessions.rebuild import read_changes

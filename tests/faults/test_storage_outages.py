@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from inorder.pipeline.checkpoint_layout import ENGINE_DIR, RUN_LOG_FILE, SPARK_DIR
 
+from inorder.checkpoint.names import ENGINE_DIR, RUN_LOG_FILE, SPARK_DIR
 from inorder.commands.run import dump_toml
 from inorder.dev import servers, services
 from inorder.dev.simulator import GroundTruth, simulate

@@ -1,6 +1,6 @@
 """Two drivers on one checkpoint: one holds the owner lease, the other is refused or fenced.
 
-The lease primitive (:mod:`inorder.pipeline.lease`) is raced by many starters at once, on
+The lease primitive (:mod:`inorder.checkpoint.lease`) is raced by many starters at once, on
 local disk (processes) and on the S3 server (threads): exactly one wins every round. A holder
 that stops renewing is taken over once its lease expires and is then fenced: its commit check
 fails with :class:`LeaseLost`. Real ``inorder run`` drivers: a second copy is refused while the
@@ -24,10 +24,8 @@ from typing import Any
 
 import pytest
 
-from inorder.commands.run import dump_toml
-from inorder.dev.simulator import simulate
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
-from inorder.pipeline.lease import (
+from inorder.checkpoint.layout import CheckpointLayout
+from inorder.checkpoint.lease import (
     LEASE_FILE,
     CheckpointLease,
     LeaseHeld,
@@ -36,6 +34,8 @@ from inorder.pipeline.lease import (
     LocalLeaseStore,
     S3LeaseStore,
 )
+from inorder.commands.run import dump_toml
+from inorder.dev.simulator import simulate
 from inorder.sessions.rebuild import read_changes
 from inorder.storage.fs import resolve
 from tests.fixtures.sessions_job import (

@@ -233,7 +233,7 @@ LOST_EXECUTOR = re.compile(r"Lost executor \d+", re.I)
 
 def _spark_log(checkpoint: Path) -> str:
     """What Spark logged during the run: its log goes to the run log, not the terminal."""
-    from inorder.pipeline.checkpoint_layout import RUN_LOG_FILE
+    from inorder.checkpoint.names import RUN_LOG_FILE
 
     path = checkpoint / RUN_LOG_FILE
     return path.read_text(errors="replace") if path.exists() else ""

@@ -22,12 +22,12 @@ from tests.e2e.cli_jobs import Halver
 from tests.integration.test_validate import cli, session_config, small_simulation
 
 from inorder.assemble import build_pipeline, load_target
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.ops.validate import validate
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.identity import (
     PipelineIdentity,
     RecordedSettings,

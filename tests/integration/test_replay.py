@@ -13,10 +13,10 @@ import pytest
 from tests.integration.test_validate import RunFixture, make_run
 
 from inorder.assemble import load_target
+from inorder.checkpoint.state_files import load_partition_state
 from inorder.ops.batchlog import load_batch_log
 from inorder.ops.kafka_reads import read_chunks
 from inorder.ops.replay import Replayer, ReplayOptions
-from inorder.ops.statefiles import load_partition_state
 from inorder.records import TopicPartition
 from inorder.state.codec import StateCodec
 

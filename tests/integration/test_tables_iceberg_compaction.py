@@ -30,9 +30,9 @@ from tests.integration.test_session_tables import non_empty
 from tests.integration.test_session_tables_iceberg import check_history, current_rows
 
 from inorder.assemble import build_pipeline
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.cli import build_parser
 from inorder.dev.simulator import simulate
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.sessions import rebuild_tables
 from inorder.sessions.rebuild import read_changes
 from inorder.sessions.tables_check import check_pipeline_tables

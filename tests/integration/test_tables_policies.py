@@ -19,9 +19,9 @@ from tests.fixtures.sessions_job import two_partition_simulation as simulation
 from tests.integration.test_session_tables import check_history, current_tables, non_empty
 
 from inorder.assemble import build_pipeline
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.dev.simulator import simulate
 from inorder.errors import InorderError
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.sessions import rebuild_tables
 from inorder.sessions.rebuild import read_changes
 from inorder.sessions.tables_check import check_pipeline_tables

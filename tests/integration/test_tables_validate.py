@@ -28,10 +28,10 @@ from tests.integration.test_materializer import SCHEMA, ChangeLog, commit
 from tests.integration.test_session_tables import non_empty
 
 from inorder.assemble import build_pipeline
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.cli import build_parser
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.sessions import SessionTables, rebuild_tables
 from inorder.sessions.rebuild import read_changes
 from inorder.sessions.tables_check import (

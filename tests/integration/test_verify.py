@@ -22,11 +22,11 @@ import pytest
 from tests.fixtures.sessions_job import TWO_LOCAL_CORES, sessions_config, small_simulation
 
 from inorder.assemble import build_pipeline, load_target
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.ops.repair import apply_repair, plan_repair
 from inorder.ops.verify import CheckpointEnd, VerifyReport, checkpoint_end, verify
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.pipeline.runner import PipelineRunner
 from inorder.sinks.commit_checkpoint import write_checkpoint
 from inorder.sinks.delta import APP_ID_KEY, BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY

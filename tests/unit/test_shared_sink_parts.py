@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.errors import InorderError
-from inorder.pipeline.checkpoint_layout import CheckpointLayout
 from inorder.sinks.compaction import StagedRecord, remove_replaced
 from inorder.sinks.delta import DeltaSink
 from inorder.sinks.parquet import ParquetSink

@@ -19,8 +19,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from inorder.checkpoint.names import ENGINE_DIR, SPARK_DIR
 from inorder.errors import ConfigError, DataLossError, InorderError, IntegrityError, StorageError
-from inorder.pipeline.checkpoint_layout import ENGINE_DIR, SPARK_DIR
 
 #: A Python exception line: any class of inorder's own (``inorder.kafka.admin.BrokerUnreachable``)
 #: or one named like an error.
