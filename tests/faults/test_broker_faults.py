@@ -25,7 +25,9 @@ from confluent_kafka.cimpl import TopicPartition as KafkaTopicPartition
 
 from inorder.assemble import load_target
 from inorder.checkpoint.layout import CheckpointLayout
+from inorder.checkpoint.names import SOURCE_HIGHS_FILE
 from inorder.commands.run import dump_toml
+from inorder.kafka.high_marks import load_high_marks
 from inorder.kafka.offsets import SourceOffset
 from inorder.kafka.planning import LossEvent, LossKind
 from inorder.ops.validate import validate
@@ -148,15 +150,23 @@ def test_topic_deleted_while_read(
     named = rc == 1 and line in candidates
     # The restarted run re-runs the batch the failed one planned (if it planned one): its
     # tasks find the topic gone and count that batch's unread range as lost. Beyond it, the
-    # restarted run cannot know how many records were unread (docs/kafka-source.md, "Known
-    # limits of loss accounting"): it drops both partitions from the plan and says so.
+    # planner counts up to the ends the failed run saw while a backlog remained (kept beside
+    # the checkpoint), and drops both partitions from the plan (docs/kafka-source.md, "Known
+    # limits of loss accounting").
     commits = tmp_path / "checkpoint" / "spark" / "commits"
     done = max((int(p.name) for p in commits.glob("[0-9]*")), default=None)
+    seen = load_high_marks(str(tmp_path / "checkpoint" / SOURCE_HIGHS_FILE))
+    # Produced before the run, read in capped batches: the failed run saw every end.
+    ends = job.truth.topics[deleted].end_offsets
+    assert {p: seen.get(TopicPartition(deleted, p)) for p in (0, 1)} == {
+        p: ends[p] for p in (0, 1)
+    }, seen
     unread = 0
     for partition in (0, 1):
         tp = TopicPartition(deleted, partition)
         read_to = log[done].positions.get(tp, 0) if done is not None else 0
-        unread += max(0, log[last].positions.get(tp, 0) - read_to)
+        planned = log[last].positions.get(tp, 0)
+        unread += max(0, planned - read_to) + max(0, seen.get(tp, 0) - planned)
     summary = (
         finish_setting_aside(job.toml, *SKIP_LOSS)
         if unread
@@ -176,7 +186,8 @@ def test_topic_deleted_while_read(
         group="broker", fault="topic deleted while being read (fail_on_data_loss = false)",
         times=1, outcome="policy action",
         check=f"{summary['pruned_partitions']} partitions dropped from the plan, "
-        f"{summary['skipped_lost']} offsets of the re-run batch counted lost (expected "
+        f"{summary['skipped_lost']} unread offsets counted lost, the re-run batch's and "
+        f"on to the ends the failed run saw (expected "
         f"{unread}, exit 3 if any); the other topic: {check}; "
         f"{duplicated} duplicated rows of the deleted one",
         ok=ok

@@ -46,6 +46,7 @@ from inorder.checkpoint.names import (
     REPAIR_NEW_SUFFIX,
     RUN_LOCK_FILE,
     RUN_LOG_FILE,
+    SOURCE_HIGHS_FILE,
     SPARK_DIR,
     WRITE_PROBE_FILE,
 )
@@ -173,6 +174,13 @@ class CheckpointLayout:
         """The batch history file of a local checkpoint (``None`` on an object store)."""
         local = self.local_root
         return None if local is None else os.path.join(local, HISTORY_FILE)
+
+    @property
+    def source_highs_file(self) -> str | None:
+        """The source planner's last-seen ends of a local checkpoint (``None`` on an object
+        store)."""
+        local = self.local_root
+        return None if local is None else os.path.join(local, SOURCE_HIGHS_FILE)
 
     @property
     def run_lock_file(self) -> str | None:

@@ -26,6 +26,9 @@ LEASE_FILE = "inorder-lease.json"
 LEASE_LOCK_FILE = ".inorder-lease.lock"
 #: Each batch's progress line, for the status page (local checkpoints only).
 HISTORY_FILE = "inorder-batches.jsonl"
+#: The readable ends the source's planner last saw while a backlog remained (local
+#: checkpoints only): how a restart counts the unread offsets of a topic deleted meanwhile.
+SOURCE_HIGHS_FILE = "inorder-source-highs.json"
 #: Written and removed to check that a local checkpoint root is writable.
 WRITE_PROBE_FILE = ".inorder-write-probe"
 #: Suffix of the fresh checkpoint ``inorder repair`` builds beside the root before the swap.
@@ -45,6 +48,7 @@ __all__ = [
     "REPAIR_NEW_SUFFIX",
     "RUN_LOCK_FILE",
     "RUN_LOG_FILE",
+    "SOURCE_HIGHS_FILE",
     "SPARK_DIR",
     "WRITE_PROBE_FILE",
 ]

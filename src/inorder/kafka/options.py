@@ -47,6 +47,7 @@ OPTION_NAMES = {
         "inorder.tickIntervalMs",
         "inorder.batchRows",
         "inorder.metadataTimeoutMs",
+        "inorder.highWatermarksFile",
         # Accepted for compatibility with Spark's connector; they have no effect here.
         "fetchOffset.numRetries",
         "fetchOffset.retryIntervalMs",
@@ -106,6 +107,9 @@ class SourceOptions:
     target_batch_duration: timedelta | None = None
     tick_interval_ms: int | None = None
     batch_rows: int = DEFAULT_BATCH_ROWS
+    #: Where the planner keeps the readable ends it saw while a backlog remained (see
+    #: :mod:`inorder.kafka.high_marks`): a path or ``s3://`` URI, or ``None`` for nowhere.
+    high_watermarks_file: str | None = None
     kafka: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -391,5 +395,6 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         batch_rows=_positive_int(
             "inorder.batchRows", raw.get("inorder.batchrows", str(DEFAULT_BATCH_ROWS))
         ),
+        high_watermarks_file=raw.get("inorder.highwatermarksfile", "").strip() or None,
         kafka=kafka,
     )

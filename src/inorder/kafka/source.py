@@ -40,6 +40,7 @@ from inorder.errors import ConfigError, DataLossError, InorderError
 from inorder.kafka.admin import KafkaAdmin
 from inorder.kafka.batch_sizing import BatchSizer
 from inorder.kafka.consumer import marker_batch, markers_batch, read_range
+from inorder.kafka.high_marks import load_high_marks, save_high_marks
 from inorder.kafka.offsets import EARLIEST, LATEST, SourceOffset
 from inorder.kafka.options import SourceOptions, parse_options
 from inorder.kafka.planning import (
@@ -152,6 +153,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._known: list[TopicPartition] | None = None
         self._last_discovery = -math.inf
         self._last_high: dict[TopicPartition, int] = {}
+        self._saved_high: dict[TopicPartition, int] | None = None
         self._target: dict[TopicPartition, int] | None = None
         self._last_batch = time.monotonic()
         self._latest: SourceOffset | None = None
@@ -228,6 +230,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end offset of the next micro-batch (``start`` itself when nothing is new)."""
         opts = self._options
         begin = SourceOffset.from_dict(start)
+        if self._saved_high is None:
+            self._load_saved_highs()
         known = self._known_partitions(force=begin.initial)
         wanted = set(begin.positions) | set(known)
         marks, failed = self._client().watermarks(wanted)
@@ -280,6 +284,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("inorder-kafka: %s is gone; pruned from the plan", tp)
         for tp, wm in marks.items():
             self._last_high[tp] = wm.high
+        for tp in result.pruned:
+            # Its loss (if any) is counted now; a topic re-created under the same name
+            # enters again as new, with ends of its own.
+            self._last_high.pop(tp, None)
         self._latest = SourceOffset(
             positions={tp: marks[tp].high for tp in result.offset.positions if tp in marks}
         )
@@ -303,12 +311,34 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 lost_records=begin.lost_records,
                 pruned_partitions=begin.pruned_partitions,
             )
+        self._save_highs(end)
         if nothing_new(end, begin):
             return start
         self._last_batch = now
         if self._sizer is not None and max_rows is not None:
             self._sizer.planned(min(result.available, max_rows), max_rows, now)
         return end.to_dict()
+
+    def _load_saved_highs(self) -> None:
+        """Start from the ends the previous run saw (a restart's only view of deleted topics)."""
+        path = self._options.high_watermarks_file
+        self._saved_high = {} if path is None else load_high_marks(path)
+        for tp, high in self._saved_high.items():
+            self._last_high.setdefault(tp, high)
+
+    def _save_highs(self, end: SourceOffset) -> None:
+        """Keep the ends seen while any partition stays behind them after this plan.
+
+        Offsets up to ``end`` are in Spark's offsets log before they are read; only a backlog
+        beyond it (a capped batch, ``minOffsetsPerTrigger`` waiting) would be invisible to a
+        restart that finds its topic deleted. Written only when it changed.
+        """
+        path = self._options.high_watermarks_file
+        if path is None or self._last_high == self._saved_high:
+            return
+        behind = any(self._last_high.get(tp, pos) > pos for tp, pos in end.positions.items())
+        if behind and save_high_marks(path, self._last_high):
+            self._saved_high = dict(self._last_high)
 
     def _tick(self, begin: SourceOffset) -> int | None:
         interval = self._options.tick_interval_ms

@@ -162,6 +162,9 @@ class PipelineRunner:
 
     def _source_options(self) -> dict[str, str]:
         options = {"inorder.partitionMarkers": "true"}
+        highs = self.layout.source_highs_file
+        if highs is not None:
+            options["inorder.highWatermarksFile"] = highs
         if self._reads_in_tasks():
             options["inorder.rangesOnly"] = "true"
             tasks = default_parallelism(self._spark)
