@@ -345,6 +345,7 @@ def test_sink_option_compacts_after_each_commit_by_level(tmp_path: Path) -> None
         compaction_fanout=2,
         compaction_levels=2,
         checkpoint_interval=3,
+        compact_in_background=False,
     )
     sink.check(SCHEMA)
     levels = []
@@ -366,6 +367,56 @@ def test_sink_option_compacts_after_each_commit_by_level(tmp_path: Path) -> None
             seen.update({e["final"]: e["level"] for e in record["files"]})
             assert all(seen.get(old, 0) < 2 for old in record["replaces"])
     assert collect_parquet(sink, None).problems == []
+
+
+def test_background_compaction_never_holds_a_commit_up(tmp_path: Path) -> None:
+    """The merges run in the sink's thread: batches commit and are readable while a merge
+    waits at its commit point; the run's finish lets it commit; a guard that refuses (a lease
+    found taken) commits no merge and is reported, the output whole."""
+    import threading
+
+    from inorder.ops.verify_parquet import collect_parquet
+
+    path = str(tmp_path / "bg")
+    sink = ParquetSink(path, compact=True, compaction_grace_seconds=0, compaction_fanout=2,
+                       compaction_levels=2)  # fmt: skip
+    at_commit_point, release = threading.Event(), threading.Event()
+
+    def gate() -> None:
+        at_commit_point.set()
+        assert release.wait(120), "never released"
+
+    sink.guard_background(gate)
+    sink.check(SCHEMA)
+    sink.commit(0, stage(sink, 0, 200))
+    assert at_commit_point.wait(120), "the compactor thread never reached a merge's commit"
+    for b in range(1, 4):  # while the merge waits: each commit returns, its rows readable
+        sink.commit(b, stage(sink, b, 200))
+        assert read_committed(path).num_rows == (b + 1) * 200
+    assert {f.level for f in committed_files(path)} == {0}  # nothing merged yet
+    release.set()
+    assert sink.finish_background() is None
+    assert sorted(read_committed(path).column("offset").to_pylist()) == list(range(800))
+    assert sorted(f.level for f in committed_files(path)) == [2, 2]
+    assert collect_parquet(sink, None).problems == []
+
+    fenced = str(tmp_path / "fenced")
+    other = ParquetSink(fenced, compact=True, compaction_fanout=2, compaction_levels=2)
+
+    def taken() -> None:
+        raise SinkError("lease taken by another driver")
+
+    other.guard_background(taken)
+    other.check(SCHEMA)
+    for b in range(2):
+        other.commit(b, stage(other, b, 200))
+    error = other.finish_background()
+    assert error == "SinkError: lease taken by another driver", error
+    assert {f.level for f in committed_files(fenced)} == {0}
+    loc = sfs.resolve(fenced)
+    records = [i for i in sfs.list_files(loc, loc.join("_inorder/compactions"))
+               if i.base_name.endswith(".json")]  # fmt: skip
+    assert records == [] and read_committed(fenced).num_rows == 400
 
 
 def test_compact_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,7 @@
 """kill -9 of a writer whose sink compacts by the level rule after each commit.
 
-A child process commits batches through ``ParquetSink(compact=True)`` with fan-in 2 (so
+A child process commits batches through ``ParquetSink(compact=True)`` (merging inside the
+commit, or in its compactor thread beside the next commits) with fan-in 2 (so
 almost every commit merges, often over several rounds) and commit checkpoints every few
 batches, and SIGKILLs itself right before its n-th filesystem step (a create-if-absent, a
 publication, a marker, a delete): in a batch commit, a compaction round's commit point, its
@@ -20,6 +21,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from tests.fixtures.sink_cases import assert_whole_batches, committed_ids
 
 from inorder.ops.verify_parquet import collect_parquet
@@ -54,35 +56,43 @@ WRITER = textwrap.dedent(
     sink = ParquetSink(
         path, partition_by=["topic"], compact=True, compaction_fanout=2,
         compaction_levels={levels}, compaction_grace_seconds=0, checkpoint_interval=4,
-        manifest_retention=2,
+        manifest_retention=2, compact_in_background={background},
     )
     sink.check(ID_SCHEMA)
     last = sink.last_committed_batch()
     for batch_id in range(0 if last is None else last, batches):
         sink.commit(batch_id, stage_batch(sink, batch_id, id_batch(batch_id, rows), key="t"))
+    assert sink.finish_background() is None
     """
 )
 
 
-def _run(path: str, batches: int, die_at: int) -> int:
+def _run(path: str, batches: int, die_at: int, background: bool) -> int:
     code = WRITER.format(
-        root=str(ROOT), path=path, batches=batches, rows=ROWS, die_at=die_at, levels=LEVELS
-    )
+        root=str(ROOT), path=path, batches=batches, rows=ROWS, die_at=die_at, levels=LEVELS,
+        background=background,
+    )  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, -signal.SIGKILL), done.stderr[-3000:]
     return done.returncode
 
 
-def test_kill9_while_compacting_by_level_keeps_every_row_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("background", [False, True], ids=["inline", "background"])
+def test_kill9_while_compacting_by_level_keeps_every_row_once(
+    tmp_path: Path, background: bool
+) -> None:
+    # In the background the kill lands on a step of either thread: a batch commit, or a
+    # merge running beside the next batches' commits.
     path = str(tmp_path / "out")
     rng = random.Random(11)
     batches = kills = 0
-    for _ in range(12):
+    rounds = 8 if background else 12  # the inline rounds reach every step kind already
+    for _ in range(rounds):
         batches += 3
-        kills += _run(path, batches, rng.randrange(1, 60)) == -signal.SIGKILL
+        kills += _run(path, batches, rng.randrange(1, 60), background) == -signal.SIGKILL
         assert_whole_batches(committed_ids(path, None), ROWS)
-    assert kills >= 6, kills
-    assert _run(path, batches, 0) == 0
+    assert kills >= rounds // 2, kills
+    assert _run(path, batches, 0, background) == 0
     assert_whole_batches(committed_ids(path, None), ROWS, batches)
     files = committed_files(path)
     assert files and max(f.level for f in files) <= LEVELS

@@ -43,6 +43,7 @@ from inorder.pipeline.progress import (
 )
 from inorder.pipeline.query import trigger_kwargs
 from inorder.pipeline.resume import resume_overrides
+from inorder.pipeline.sink_background import finish_sinks, guard_sinks
 from inorder.pipeline.spark_progress import (
     batch_lag,
     batch_progress,
@@ -55,6 +56,7 @@ from inorder.pipeline.spark_progress import (
 if TYPE_CHECKING:
     from inorder.pipeline.spark import EarlySession
     from inorder.pipeline.spec import PipelineSpec
+    from inorder.sinks.base import Sink
 
 
 class _StopRequested(Exception):
@@ -115,10 +117,6 @@ class PipelineRunner:
         """The checkpoint's layout: every path below the root comes from it (the checkpoint
         stays the same when a repair's resume or initial state replace the pipeline)."""
         return CheckpointLayout.of(self.pipeline.checkpoint)
-
-    def _check_checkpoint_writable(self) -> None:
-        # Remote filesystems are checked by the backend when it opens the store.
-        self.layout.write_probe()
 
     # -- building ----------------------------------------------------------------------------
 
@@ -221,7 +219,7 @@ class PipelineRunner:
 
     def run(self) -> RunSummary:
         """Start the query, report progress, stop on signal or completion; return a summary."""
-        self._check_checkpoint_writable()
+        self.layout.write_probe()  # a remote one is checked when the backend opens its store
         layout = self.layout
         self._log_file = layout.run_log_file(self.pipeline.name)
         given = self.pipeline.lease_duration
@@ -248,6 +246,9 @@ class PipelineRunner:
             "conf": dict(p.spark_conf),
             "log_file": self._log_file,
         }
+
+    def _sinks(self) -> list[Sink]:  # what the run commits to: the output, the dead letters
+        return [s for s in (self.pipeline.sink, self.pipeline.dead_letter) if s is not None]
 
     def _on_lease_lost(self, exc: InorderError) -> None:
         # Another driver has the checkpoint: stop between batches; the run fails with `exc`.
@@ -299,6 +300,7 @@ class PipelineRunner:
         self._backend = self._make_backend()
         if self._lease is not None:
             self._backend.commit_guard = self._lease.check
+            guard_sinks(self._sinks(), self._lease)  # their compactor threads commit too
         try:
             self._backend.check()
         except InorderError as exc:
@@ -359,6 +361,7 @@ class PipelineRunner:
             restore()
             if self._live is not None:
                 self._live.close()
+            finish_sinks(self._sinks(), self.reporter.info)
         self._report_progress(query, printed, summary)
         summary.seconds = time.monotonic() - started
         try:

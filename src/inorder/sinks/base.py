@@ -12,7 +12,7 @@ Exactly-once rests on two rules:
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -126,6 +126,16 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> str:
         """One line for humans (no credentials)."""
+
+    def guard_background(self, check: Callable[[], None]) -> None:
+        """Driver: run ``check`` (the writer's lease check) before any commit the sink makes
+        beside the stream (a compactor thread's merges). Nothing by default."""
+        del check  # a sink with no such commits has nothing to guard
+
+    def finish_background(self, timeout: float | None = None) -> str | None:
+        """Driver, at the end of a run: finish work running beside the stream and stop it;
+        the last error that work met, in one line (``None``: none). Nothing by default."""
+        return None
 
     def beside(self, suffix: str, partition_by: Sequence[str]) -> Sink | None:
         """A sink of the same kind and storage at this one's path + ``suffix``.

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -109,6 +109,7 @@ def compact_parquet(
     full: bool = False,
     trigger_seconds: float | None = None,
     now: float | None = None,
+    before_commit: Callable[[], None] | None = None,
 ) -> CompactionReport:
     """Merge small files of a Parquet dataset written by :class:`ParquetSink` by the level
     rule (``fanout`` files of a level into one of the next, up to level ``levels``).
@@ -118,7 +119,8 @@ def compact_parquet(
     the clock). ``full`` merges every non-final file of each partition, whatever its level
     and age. A merge's output may complete the next level: planning repeats, one record per
     round, until nothing is left to merge (at most ``levels`` rounds, a row moving up one
-    level per round); a dry run plans the first round only.
+    level per round); a dry run plans the first round only. ``before_commit`` (a lease
+    check) runs before each merge's commit point: raising there commits nothing.
     """
     check_level_settings(fanout, levels)
     location = sfs.resolve(path, storage_options)
@@ -154,7 +156,9 @@ def compact_parquet(
         # the checkpoint's sequence number is a floor all the same.
         seq = max(comp_ids[-1] if comp_ids else -1, floor) + 1
         report.seq = seq
-        written = _rewrite(location, planning.partition_by, merges, seq, compression, settings)
+        written = _rewrite(
+            location, planning.partition_by, merges, seq, compression, settings, before_commit
+        )
         report.files_after += written - sum(len(m.files) for m in merges)
     clean_stale_staging(location, floor)
     report.deleted = cleanup_parquet(location, grace_seconds)
@@ -168,6 +172,7 @@ def _rewrite(
     seq: int,
     compression: str,
     settings: LevelSettings,
+    before_commit: Callable[[], None] | None = None,
 ) -> int:
     """Write and commit record ``seq`` of ``merges``; returns the number of files written."""
     n = 0
@@ -182,6 +187,8 @@ def _rewrite(
                 values = merge.files[0].partition_values
                 record.stage_tables(piece.tables(), piece.schema, pdir, stem, values, **tiered)
                 n += 1
+        if before_commit is not None:
+            before_commit()
         record.commit(
             [f.path for m in merges for f in m.files],
             taken=SinkError(

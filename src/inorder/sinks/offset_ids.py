@@ -10,7 +10,7 @@ checkpoint. After ``inorder repair`` the new checkpoint keeps the old owner id a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -89,6 +89,14 @@ class BatchIdOffset(Sink):
     def owner(self) -> str | None:
         """The wrapped sink's owner."""
         return self.inner.owner
+
+    def guard_background(self, check: Callable[[], None]) -> None:
+        """The inner sink's."""
+        self.inner.guard_background(check)
+
+    def finish_background(self, timeout: float | None = None) -> str | None:
+        """The inner sink's."""
+        return self.inner.finish_background(timeout)
 
     def describe(self) -> str:
         """The wrapped sink's description."""

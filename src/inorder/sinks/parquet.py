@@ -43,13 +43,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from inorder.sinks.base import BatchWriter, ConsumedOffsets, Sink, SinkError, WrittenFile
+from inorder.sinks.base import BatchWriter, ConsumedOffsets, SinkError, WrittenFile
 from inorder.sinks.commit_log import (  # noqa: F401  (the two caches: tests clear them)
     _CHECKPOINT_CACHE,
     _MANIFEST_CACHE,
@@ -90,6 +90,8 @@ from inorder.sinks.commit_log import (  # noqa: F401  (the two caches: tests cle
 )
 from inorder.sinks.compaction_levels import DEFAULT_FANOUT, DEFAULT_LEVELS, check_level_settings
 from inorder.sinks.evolution import schema_change
+from inorder.sinks.file_sink import FileSink
+from inorder.sinks.parquet_compactor import ParquetCompactor
 from inorder.sinks.proof import consumed_ranges
 from inorder.storage import fs as sfs
 
@@ -156,54 +158,6 @@ from inorder.sinks.parquet_writer import (
 # -- the sink ----------------------------------------------------------------------------------
 
 
-class FileSink(Sink):
-    """What the Parquet and Delta sinks share: files under ``path`` (local or S3), partitioned
-    by ``partition_by``, compressed with ``compression``, reached with ``storage_options``.
-
-    The location is resolved on first use and never pickled: each executor resolves its own.
-    """
-
-    def __init__(
-        self,
-        path: str,
-        partition_by: Sequence[str],
-        compression: str,
-        storage_options: Mapping[str, str] | None,
-    ) -> None:
-        if compression.lower() not in COMPRESSIONS:
-            raise SinkError(f"compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
-        self.path = str(path)
-        self.partition_by = list(partition_by)
-        self.compression = compression.lower()
-        self.storage_options = dict(storage_options) if storage_options else None
-        self._location: sfs.Location | None = None
-        self._schema: pa.Schema | None = None
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.path!r}, partition_by={self.partition_by!r})"
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_location"] = None  # re-resolved on the executor
-        return state
-
-    @property
-    def location(self) -> sfs.Location:
-        """The resolved root (filesystem + path)."""
-        if self._location is None:
-            self._location = sfs.resolve(self.path, self.storage_options)
-        return self._location
-
-    def beside(self, suffix: str, partition_by: Sequence[str]) -> Self:
-        """A sink of this kind at ``path + suffix``, compressed and stored like this one."""
-        return type(self)(
-            self.path.rstrip("/") + suffix,
-            partition_by,
-            compression=self.compression,
-            storage_options=self.storage_options,
-        )
-
-
 class ParquetSink(FileSink):
     """A hive-partitioned Parquet dataset committed exactly once per micro-batch.
 
@@ -211,7 +165,8 @@ class ParquetSink(FileSink):
     from ``storage_options`` or the AWS_* environment variables (see :mod:`inorder.storage.fs`).
     With ``compact=True`` the driver merges small files after each commit by the level rule
     (``compaction_fanout`` files of a level into one of the next, up to level
-    ``compaction_levels``: :mod:`inorder.sinks.compaction_levels`). Every
+    ``compaction_levels``: :mod:`inorder.sinks.compaction_levels`), in a thread beside the
+    stream unless ``compact_in_background=False`` (:mod:`inorder.sinks.parquet_compactor`). Every
     ``checkpoint_interval`` committed batches the driver consolidates the commit log into one
     checkpoint and deletes manifests older than ``manifest_retention`` batches before it (see
     :mod:`inorder.sinks.commit_checkpoint`); ``checkpoint_interval=0`` keeps every manifest.
@@ -230,6 +185,7 @@ class ParquetSink(FileSink):
         manifest_retention: int = DEFAULT_MANIFEST_RETENTION,
         compaction_fanout: int = DEFAULT_FANOUT,
         compaction_levels: int = DEFAULT_LEVELS,
+        compact_in_background: bool = True,
     ) -> None:
         super().__init__(path, partition_by, compression, storage_options)
         check_level_settings(compaction_fanout, compaction_levels)
@@ -244,6 +200,8 @@ class ParquetSink(FileSink):
         self.compaction_grace_seconds = compaction_grace_seconds
         self.compaction_fanout = compaction_fanout
         self.compaction_levels = compaction_levels
+        self.compact_in_background = compact_in_background
+        self._compactor: ParquetCompactor | None = None
         self.checkpoint_interval = int(checkpoint_interval)
         self.manifest_retention = int(manifest_retention)
         self._checkpointed: int | None = None
@@ -257,7 +215,27 @@ class ParquetSink(FileSink):
         state["_recovered"] = False
         state["_checkpointed"] = None
         state["_ends"] = None
+        state["_compactor"] = None  # a driver thread and the lease: never shipped
         return state
+
+    @property
+    def compactor(self) -> ParquetCompactor:
+        """What merges small files after each commit (``compact=True``)."""
+        if self._compactor is None:
+            self._compactor = ParquetCompactor(
+                self.path, self.storage_options, self.target_file_size,
+                self.compaction_grace_seconds, self.compression, self.compaction_fanout,
+                self.compaction_levels, self.compact_in_background,
+            )  # fmt: skip
+        return self._compactor
+
+    def guard_background(self, check: Callable[[], None]) -> None:
+        """Run ``check`` (the lease's) before each merge's commit point."""
+        self.compactor.guard = check
+
+    def finish_background(self, timeout: float | None = None) -> str | None:
+        """Let the compactor thread finish its pending round and stop."""
+        return None if self._compactor is None else self._compactor.finish(timeout)
 
     def describe(self) -> str:
         """One line for humans."""
@@ -431,17 +409,7 @@ class ParquetSink(FileSink):
         if consumed is not None and self._ends is not None:
             self._ends.update({k: v[1] for k, v in manifest["offsets"].items()})
         if self.compact:
-            from inorder.sinks.compaction import compact_parquet
-
-            compact_parquet(
-                self.path,
-                storage_options=self.storage_options,
-                target_file_size=self.target_file_size,
-                grace_seconds=self.compaction_grace_seconds,
-                compression=self.compression,
-                fanout=self.compaction_fanout,
-                levels=self.compaction_levels,
-            )
+            self.compactor.after_commit()
         self._maybe_checkpoint(batch_id)
         return True
 

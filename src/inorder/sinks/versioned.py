@@ -11,7 +11,7 @@ with its own output (and checkpoint) and switch readers over (see docs/versioned
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
@@ -98,6 +98,14 @@ class VersionedSink(Sink):
     def is_committed(self, batch_id: int) -> bool:
         """The inner sink's answer."""
         return self.inner.is_committed(batch_id)
+
+    def guard_background(self, check: Callable[[], None]) -> None:
+        """The inner sink's."""
+        self.inner.guard_background(check)
+
+    def finish_background(self, timeout: float | None = None) -> str | None:
+        """The inner sink's."""
+        return self.inner.finish_background(timeout)
 
     def describe(self) -> str:
         """The inner sink's description, with the version."""
