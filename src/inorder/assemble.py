@@ -111,6 +111,7 @@ def _delta_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Sink
         spec["path"],
         partition_by=list(spec["partition_by"]),
         storage_options=storage,
+        compact=spec.get("compact", False),
         table_properties=spec.get("table_properties") or None,
     )
 
@@ -132,6 +133,7 @@ def _iceberg_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Si
 
 
 def _parquet_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Sink:
+    from inorder.sinks.compaction_levels import DEFAULT_FANOUT, DEFAULT_LEVELS
     from inorder.sinks.parquet import ParquetSink
 
     return ParquetSink(
@@ -140,6 +142,9 @@ def _parquet_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Si
         compression=spec["compression"],
         target_file_size=spec["target_file_size"],
         storage_options=storage,
+        compact=spec.get("compact", False),
+        compaction_fanout=spec.get("compaction_fanout", DEFAULT_FANOUT),
+        compaction_levels=spec.get("compaction_levels", DEFAULT_LEVELS),
     )
 
 

@@ -115,3 +115,20 @@ def test_cli_bad_input_is_one_line(args: list[str], message: str, tmp_path: Path
     assert message in done.stderr
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_sink_compaction_keys_reach_the_sink() -> None:
+    from inorder.assemble import make_sink
+    from inorder.sinks.parquet import ParquetSink
+
+    config = validate(with_("sink", compact=True, compaction_fanout=4, compaction_levels=2))
+    sink = make_sink(config["sink"])
+    assert isinstance(sink, ParquetSink)
+    assert (sink.compact, sink.compaction_fanout, sink.compaction_levels) == (True, 4, 2)
+    assert sink.compact_in_background
+    assert not make_sink(validate(GOOD)["sink"]).compact  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="compaction_fanout must be >= 2"):
+        validate(with_("sink", compact=True, compaction_fanout=1))
+    iceberg = with_("sink", type="iceberg", table="ns.t", compact=True)
+    with pytest.raises(ConfigError, match="an Iceberg table is compacted by `inorder compact"):
+        validate(iceberg)

@@ -17,8 +17,21 @@ def check_outputs(config: Config, origin: str) -> None:
         _check_iceberg_sink(config, origin)
     if config["sink"]["target_file_size"] <= 0:
         raise ConfigError(f"{origin}: sink.target_file_size must be > 0")
+    _check_compaction(config["sink"], origin)
     _check_materialized(config, origin)
     _check_tables(config, origin)
+
+
+def _check_compaction(sink: dict[str, Any], origin: str) -> None:
+    if sink["compact"] and sink["type"] == "iceberg":
+        raise ConfigError(
+            f"{origin}: sink.compact: an Iceberg table is compacted by "
+            "`inorder compact --format iceberg`, not by the sink"
+        )
+    if sink["compaction_fanout"] < 2:
+        raise ConfigError(f"{origin}: sink.compaction_fanout must be >= 2")
+    if sink["compaction_levels"] < 1:
+        raise ConfigError(f"{origin}: sink.compaction_levels must be >= 1")
 
 
 def _check_tables(config: Config, origin: str) -> None:

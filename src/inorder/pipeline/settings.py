@@ -261,6 +261,18 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         "partition_by": Setting(list, ["topic"], "Output columns to partition files by."),
         "compression": Setting(str, "zstd", "Parquet compression codec."),
         "target_file_size": Setting(int, 134217728, "Target size of output files in bytes."),
+        "compact": Setting(
+            bool,
+            False,
+            "parquet, delta: merge small files after commits (parquet: by the level rule, in a "
+            "driver thread beside the stream; iceberg: `inorder compact --format iceberg`).",
+        ),
+        "compaction_fanout": Setting(
+            int, 9, "parquet: this many files of a level merge into one of the next (>= 2)."
+        ),
+        "compaction_levels": Setting(
+            int, 3, "parquet: files of this level are final: each row rewritten at most so often."
+        ),
         "storage_options": Setting(
             dict,
             {},
