@@ -145,3 +145,21 @@ def test_session_tables_without_pyiceberg_name_the_extra(tmp_path: Path) -> None
         ConfigError, match=r"^Iceberg session tables needs pyiceberg.*inorder\[iceberg\]"
     ):
         IcebergTableOutput("current", "sessions.current", schema, props)
+
+
+def test_a_relative_local_warehouse_is_recorded_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The catalog records table locations as the warehouse is written: a relative one would
+    # be found only from the directory the pipeline ran in.
+    from inorder.sinks.iceberg_catalog import catalog_properties
+
+    monkeypatch.chdir(tmp_path)
+    props = catalog_properties(None, "out/wh", None, None)
+    assert props["warehouse"] == str(tmp_path / "out" / "wh")
+    assert props["uri"] == f"sqlite:///{tmp_path / 'out' / 'wh' / 'catalog.db'}"
+    uri = catalog_properties(None, "file://out/wh", "cat.db", None)
+    assert uri["warehouse"] == f"file://{tmp_path / 'out' / 'wh'}"
+    assert uri["uri"] == f"sqlite:///{tmp_path / 'cat.db'}"
+    s3 = catalog_properties(None, "s3://bucket/wh", "cat.db", None)
+    assert s3["warehouse"] == "s3://bucket/wh"

@@ -95,7 +95,9 @@ def catalog_properties(
     """The pyiceberg catalog properties of a sink (see the module docstring)."""
     props = {str(k): str(v) for k, v in (catalog or {}).items()}
     props.setdefault("type", "sql")
-    props.setdefault("warehouse", warehouse)
+    # The catalog records each table's location as the warehouse is written: a relative one
+    # would be found only from the directory the pipeline ran in.
+    props["warehouse"] = _absolute_if_local(props.get("warehouse", warehouse))
     if props["type"] == "sql" and "uri" not in props:
         if catalog_file is None:
             if warehouse.startswith(("s3://", "s3a://")):
@@ -104,7 +106,7 @@ def catalog_properties(
                     "local path; set catalog_file (or catalog.uri)"
                 )
             catalog_file = warehouse.removeprefix("file://").rstrip("/") + "/catalog.db"
-        props["uri"] = f"sqlite:///{catalog_file}"
+        props["uri"] = f"sqlite:///{os.path.abspath(catalog_file.removeprefix('file://'))}"
     if props["warehouse"].startswith(("s3://", "s3a://")):
         s3 = sfs.S3Settings.from_options(storage_options)
         given = {
@@ -118,6 +120,13 @@ def catalog_properties(
             if value:
                 props.setdefault(key, value)
     return props
+
+
+def _absolute_if_local(path: str) -> str:
+    """A local path or ``file://`` URI made absolute; any other URI as given."""
+    if path.startswith("file://"):
+        return "file://" + os.path.abspath(path.removeprefix("file://"))
+    return path if "://" in path else os.path.abspath(path)
 
 
 def secrets_of(props: Mapping[str, str]) -> tuple[str, ...]:
