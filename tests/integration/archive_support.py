@@ -133,8 +133,8 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, first: int 
 
 def run_archive(bootstrap: str, topic: str, path: str, checkpoint: str, trigger: str) -> None:
     """The archiver over ``topic`` in small batches."""
-    from inorder.archive import Archive
     from inorder.kafka.api import KafkaSource
+    from inorder.pipeline.archiver import Archive
 
     Archive(
         source=KafkaSource(bootstrap, topics=[topic], max_offsets_per_trigger=100),

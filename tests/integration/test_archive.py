@@ -22,13 +22,14 @@ import pyarrow.compute as pc
 import pytest
 from tests.integration import archive_support as job
 
-from inorder.archive import Archive, InitialState, load_coverage
+from inorder.archive import InitialState, load_coverage
 from inorder.archive.job_versions import compare_outputs, switched_rows
 from inorder.archive.tiered_source import tiered_options_of
 from inorder.codecs.json import JsonCodec
 from inorder.kafka.api import KafkaSource
 from inorder.kafka.options import parse_options
 from inorder.ops.kafka_reads import read_chunks, watermarks
+from inorder.pipeline.archiver import Archive
 from inorder.pipeline.pipeline import Pipeline
 from inorder.processor import Processor
 from inorder.records import TopicPartition

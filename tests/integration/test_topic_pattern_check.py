@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from inorder.archive.archiver import Archive
 from inorder.checkpoint.layout import CheckpointLayout
 from inorder.errors import ConfigError
 from inorder.kafka import KafkaSource
+from inorder.pipeline.archiver import Archive
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from inorder.checkpoint.spark_log import SparkBatch
 from inorder.ops.batchlog import BatchEntry, BatchLog
 from inorder.ops.inspect import batches
 from inorder.records import TopicPartition
@@ -11,15 +12,8 @@ B = TopicPartition("site-a", 1)
 
 
 def entry(batch_id: int, end: dict[TopicPartition, int], **starts: int) -> BatchEntry:
-    return BatchEntry(
-        batch_id,
-        end,
-        True,
-        None,
-        None,
-        None,
-        starts={TopicPartition("site-a", int(p[1:])): o for p, o in starts.items()},
-    )
+    first = {TopicPartition("site-a", int(p[1:])): o for p, o in starts.items()}
+    return BatchEntry(SparkBatch(batch_id, {}, True, None, None, end, first))
 
 
 def test_a_partition_entering_with_nothing_to_read_starts_at_its_end() -> None:
@@ -45,9 +39,9 @@ def test_a_batch_committed_by_a_later_run_takes_its_own_time_not_the_pause() -> 
     # committed it at 1065.88.
     log = BatchLog(
         [
-            BatchEntry(0, {A: 5}, True, 990.0, 992.5, None, {A: 0}),
-            BatchEntry(1, {A: 9}, True, 1000.0, 1065.88, None),
-            BatchEntry(2, {A: 12}, True, 1066.0, 1067.0, None),
+            BatchEntry(SparkBatch(0, {}, True, 990.0, 992.5, {A: 5}, {A: 0})),
+            BatchEntry(SparkBatch(1, {}, True, 1000.0, 1065.88, {A: 9})),
+            BatchEntry(SparkBatch(2, {}, True, 1066.0, 1067.0, {A: 12})),
         ]
     )
     shown = batches(log, run_started=1060.0)

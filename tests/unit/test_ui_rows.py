@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from inorder.checkpoint import CheckpointLayout
+from inorder.checkpoint.spark_log import SparkBatch
 from inorder.ops.batchlog import BatchEntry, BatchLog
 from inorder.ops.inspect import PartitionStateInfo, batches
 from inorder.pipeline.batch_history import HISTORY_FILE, BatchHistory, read_history
@@ -27,14 +28,26 @@ from inorder.ui.rows import (
 A0, A1 = TopicPartition("site-a", 0), TopicPartition("site-a", 1)
 
 
+def _batch(
+    batch_id: int,
+    end: dict[TopicPartition, int],
+    committed: bool,
+    planned_at: float,
+    committed_at: float | None,
+    starts: dict[TopicPartition, int] | None = None,
+) -> BatchEntry:
+    spark = SparkBatch(batch_id, {}, committed, planned_at, committed_at, end, starts or {})
+    return BatchEntry(spark)
+
+
 def _log() -> BatchLog:
     """Three committed batches 10 s apart, each taking 2 s; A1 reads nothing in batch 2."""
     return BatchLog(
         [
-            BatchEntry(0, {A0: 100, A1: 50}, True, 1000.0, 1002.0, None, {A0: 0, A1: 0}),
-            BatchEntry(1, {A0: 300, A1: 90}, True, 1010.0, 1012.0, None),
-            BatchEntry(2, {A0: 400, A1: 90}, True, 1020.0, 1022.0, None),
-            BatchEntry(3, {A0: 450, A1: 95}, False, 1030.0, None, None),
+            _batch(0, {A0: 100, A1: 50}, True, 1000.0, 1002.0, {A0: 0, A1: 0}),
+            _batch(1, {A0: 300, A1: 90}, True, 1010.0, 1012.0),
+            _batch(2, {A0: 400, A1: 90}, True, 1020.0, 1022.0),
+            _batch(3, {A0: 450, A1: 95}, False, 1030.0, None),
         ]
     )
 
@@ -107,15 +120,15 @@ def test_records_per_second_count_the_time_batches_ran_not_the_pauses() -> None:
     # 62 s since the small batch was planned.
     log = BatchLog(
         [
-            BatchEntry(0, {A0: 10}, True, 1000.0, 1002.0, None, {A0: 0}),
-            BatchEntry(1, {A0: 60_010}, True, 1060.0, 1062.0, None),
+            _batch(0, {A0: 10}, True, 1000.0, 1002.0, {A0: 0}),
+            _batch(1, {A0: 60_010}, True, 1060.0, 1062.0),
         ]
     )
     (row,) = partition_rows(log, batches(log), {A0: 60_010}, None, [], {})
     assert row.records_per_second == round(60_010 / 4, 1)
     # A batch committed by a later run than the one that planned it: its recorded
     # duration counts, not the days between the runs.
-    log.batches.append(BatchEntry(2, {A0: 70_010}, True, 2000.0, 90_000.0, None))
+    log.batches.append(_batch(2, {A0: 70_010}, True, 2000.0, 90_000.0))
     infos = batches(log, history={2: {"duration_seconds": 1.0}}, run_started=80_000.0)
     (row,) = partition_rows(log, infos, {A0: 70_010}, None, [], {})
     assert row.records_per_second == round(70_010 / 5, 1)

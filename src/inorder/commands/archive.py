@@ -42,8 +42,9 @@ _ARCHIVE_KEYS: dict[str, type | tuple[type, ...]] = {
 
 
 def _archive_from_config(data: dict[str, Any], origin: str) -> Any:
-    from inorder.archive import Archive
     from inorder.assemble import make_source
+    from inorder.checkpoint.layout import CheckpointLayout
+    from inorder.pipeline.archiver import Archive
     from inorder.pipeline.settings import SECTIONS
 
     for section in data:
@@ -74,7 +75,7 @@ def _archive_from_config(data: dict[str, Any], origin: str) -> Any:
     return Archive(
         source=make_source(resolved["source"]),
         path=spec["path"],
-        checkpoint=spec["checkpoint"],
+        checkpoint=CheckpointLayout.of(spec["checkpoint"]),
         trigger=spec.get("trigger", "1 minute"),
         compression=spec.get("compression", "zstd"),
         target_file_size=spec.get("target_file_size", 512 * 1024 * 1024),
@@ -104,7 +105,8 @@ def _run(args: argparse.Namespace) -> int:
         if bool(args.topic_pattern) == bool(args.topic):
             raise ConfigError("archive run: give exactly one of --topic-pattern and --topic")
         bootstrap = bootstrap_servers(args.bootstrap_servers)
-        from inorder.archive import Archive
+        from inorder.checkpoint.layout import CheckpointLayout
+        from inorder.pipeline.archiver import Archive
 
         archive = Archive(
             source=KafkaSource(
@@ -114,7 +116,7 @@ def _run(args: argparse.Namespace) -> int:
                 max_offsets_per_trigger=args.max_offsets_per_trigger,
             ),
             path=args.path,
-            checkpoint=args.checkpoint,
+            checkpoint=CheckpointLayout.of(args.checkpoint),
             trigger=args.trigger or "1 minute",
             spark_master=args.master,
         )

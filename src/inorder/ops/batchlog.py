@@ -18,23 +18,49 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inorder.checkpoint.layout import CheckpointLayout
-from inorder.checkpoint.spark_log import SparkLog
+from inorder.checkpoint.spark_log import SparkBatch, SparkLog
 from inorder.records import TopicPartition
 from inorder.state.checkpoint import CheckpointStore
 
 
 @dataclass(frozen=True, slots=True)
 class BatchEntry:
-    """One micro-batch of the Spark offsets log."""
+    """One micro-batch of Spark's logs, as :class:`SparkLog` read it, with the processing time
+    the engine fixed for it (``None`` when the engine's batch times were not read)."""
 
-    batch_id: int
-    end: dict[TopicPartition, int]
-    committed: bool
-    planned_at: float | None
-    committed_at: float | None
-    processing_time_us: int | None
-    starts: dict[TopicPartition, int] = field(default_factory=dict)
-    """Where partitions read for the first time in this batch began (the source records it)."""
+    spark: SparkBatch
+    processing_time_us: int | None = None
+
+    @property
+    def batch_id(self) -> int:
+        """The micro-batch's id."""
+        return self.spark.batch_id
+
+    @property
+    def end(self) -> dict[TopicPartition, int]:
+        """Per topic-partition, the next offset to read after the batch."""
+        return self.spark.end
+
+    @property
+    def starts(self) -> dict[TopicPartition, int]:
+        """Where partitions read for the first time in this batch began (the source records
+        it)."""
+        return self.spark.starts
+
+    @property
+    def committed(self) -> bool:
+        """Whether Spark's commits log has the batch."""
+        return self.spark.committed
+
+    @property
+    def planned_at(self) -> float | None:
+        """When Spark planned the batch (its offsets entry's time)."""
+        return self.spark.planned_at
+
+    @property
+    def committed_at(self) -> float | None:
+        """When the batch ended (its commits entry's time)."""
+        return self.spark.committed_at
 
     @property
     def duration_seconds(self) -> float | None:
@@ -125,17 +151,4 @@ def load_batch_log(
     )
     batches = spark.batches()
     times = engine.batch_times([b.batch_id for b in batches]) if engine is not None else {}
-    return BatchLog(
-        [
-            BatchEntry(
-                batch_id=b.batch_id,
-                end=dict(b.end),
-                committed=b.committed,
-                planned_at=b.planned_at,
-                committed_at=b.committed_at,
-                processing_time_us=times.get(b.batch_id),
-                starts=dict(b.starts),
-            )
-            for b in batches
-        ]
-    )
+    return BatchLog([BatchEntry(b, times.get(b.batch_id)) for b in batches])

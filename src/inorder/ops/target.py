@@ -78,9 +78,10 @@ class OpsTarget:
         source: Source = self.pipeline.source
         return source.read_options()
 
-    @property
+    @cached_property
     def layout(self) -> CheckpointLayout:
-        """The pipeline's checkpoint."""
+        """The pipeline's checkpoint, built once: every tool reads it through this one layout
+        (on S3 it holds the checkpoint's filesystem client)."""
         return CheckpointLayout.of(self.pipeline.checkpoint)
 
     @property
@@ -100,8 +101,8 @@ class OpsTarget:
         After a repair the new checkpoint's batch ``b`` is the output's batch
         ``batch_offset + b`` (see :mod:`inorder.sinks.offset_ids`).
         """
-        info = self.layout.read_info() or {}
-        return int(info.get("batch_offset", 0))
+        info = self.layout.info()
+        return 0 if info is None else info.offset
 
     @cached_property
     def engine(self) -> CheckpointStore:

@@ -305,15 +305,17 @@ def checkpoint_end(target: Any) -> CheckpointEnd | None:
     sink committed it, so the output must hold at least that batch."""
     from inorder.ops.batchlog import load_batch_log
 
-    entry = load_batch_log(target.spark_dir).last_committed()
+    entry = load_batch_log(target.layout).last_committed()
     if entry is None:
         return None
     ends = {f"{tp.topic}/{tp.partition}": int(e) for tp, e in entry.end.items()}
-    info = target.layout.read_info() or {}
-    starting = info.get("startingOffsets") if info.get("batch_offset") is not None else None
+    info = target.layout.info()
+    starting: dict[str, dict[str, int]] = {}
+    if info is not None and info.batch_offset is not None:  # a checkpoint `inorder repair` made
+        starting = info.starting_offsets or {}
     restarts = {
         f"{topic}/{part}": int(start)
-        for topic, parts in (starting if isinstance(starting, dict) else {}).items()
+        for topic, parts in starting.items()
         for part, start in parts.items()
     }
     restart_batch = target.batch_offset if restarts else None
