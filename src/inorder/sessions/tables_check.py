@@ -158,6 +158,7 @@ def check_tables_against_change_log(
                     if data is None:
                         data = _empty(read.table.schema)
                     compare_bucket(read.found, data, view, read.through, read.history)
+            pa.default_memory_pool().release_unused()  # see Spill.write
     log = CommitLog(last_batch, offsets, answers)
     return TablesCheck(last_batch, [_check_table(read, log) for read in reads])
 
