@@ -93,11 +93,14 @@ class TablesCheck:
         return [*(line for t in self.tables for line in t.lines()), *self.notes, summary]
 
 
-def check_pipeline_tables(pipeline: Any, owner: str | None = None) -> TablesCheck | None:
+def check_pipeline_tables(
+    pipeline: Any, owner: str | None = None, bucket_rows: int | None = None
+) -> TablesCheck | None:
     """The session tables of ``pipeline`` (``[tables]``) checked against its change log.
 
     ``None`` without tables. ``owner`` is the checkpoint id the pipeline ran with: with it
     the tables' transaction versions are found and checked too. Nothing is created.
+    ``bucket_rows``: see :func:`check_tables_against_change_log` (``None``: its default).
     """
     from inorder.sessions.tables_ops import ops_writer
 
@@ -107,7 +110,9 @@ def check_pipeline_tables(pipeline: Any, owner: str | None = None) -> TablesChec
     if owner and getattr(pipeline.sink, "owner", None) is None:
         pipeline.sink.bind(owner)  # the tables' transactions are kept under the owner's id
     writer = ops_writer(pipeline)
-    return None if writer is None else check_tables_against_change_log(writer)
+    if writer is None:
+        return None
+    return check_tables_against_change_log(writer, bucket_rows=bucket_rows or BUCKET_ROWS)
 
 
 def check_tables_against_change_log(
