@@ -60,6 +60,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="do not check the session tables ([tables]) against the change log",
     )
+    parser.add_argument(
+        "--tables-bucket-rows",
+        type=int,
+        metavar="N",
+        help="change-log and table rows of the session tables compared at a time (memory "
+        "bound; default 100000)",
+    )
     add_run_set_option(parser)
     parser.set_defaults(func=handle)
 
@@ -99,7 +106,7 @@ def handle(args: argparse.Namespace) -> int:
 
             progress.show("validate: checking the session tables against the change log")
             owner = target.layout.owner()
-            tables = check_pipeline_tables(target.pipeline, owner)
+            tables = check_pipeline_tables(target.pipeline, owner, args.tables_bucket_rows)
     finally:
         progress.close()
     if tables is not None:

@@ -39,7 +39,8 @@ Tables = dict[tuple[str, str], dict[str, dict[str, Any]]]
 NON_ROW_COLUMNS = frozenset(
     {"topic", "partition", "offset", "kafka_ts", "session", "seq", "op", "row_id", "batch_id"}
 )
-_REQUIRED = ("topic", "partition", "offset", "session", "op", "row_id")
+#: Columns every change log has.
+REQUIRED_COLUMNS = ("topic", "partition", "offset", "session", "op", "row_id")
 
 #: Change-log ops that empty a session's table: a snapshot starting (``clear``), the source
 #: emptying its table (``truncate``), a session reset after a broken rule (``reset``).
@@ -112,7 +113,7 @@ def _filesystem(
 
 def ordered_changes(changes: pa.Table) -> pa.Table:
     """The change rows in application order (see the module docstring), with the row data."""
-    missing = [c for c in _REQUIRED if c not in changes.column_names]
+    missing = [c for c in REQUIRED_COLUMNS if c not in changes.column_names]
     if missing:
         raise InorderError(f"not a session change log: missing column(s) {', '.join(missing)}")
     ops = changes.column("op")
@@ -225,7 +226,7 @@ def rebuild_tables_duckdb(
     import duckdb
 
     table = read_changes(changes, storage_options)
-    missing = [c for c in _REQUIRED if c not in table.column_names]
+    missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
     if missing:
         raise InorderError(f"not a session change log: missing column(s) {', '.join(missing)}")
     row_columns = _row_columns(table)

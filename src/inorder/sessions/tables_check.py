@@ -13,27 +13,46 @@ Per existing table (:func:`check_tables_against_change_log`):
   versions of a row without overlap, ``is_current`` exactly those without an end.
 
 A table behind the change log is not a discrepancy: the next run catches it up (docs/tables.md).
-Memory: the whole change log and one table.
+
+Memory: one bucket of sessions. The change log and each table are read once, in record
+batches, and spilled to local files by session (:mod:`inorder.sessions.tables_check_spill`);
+the rows are then compared bucket by bucket (:mod:`inorder.sessions.tables_check_rows`),
+and the commits checked on the per-batch offset ranges gathered while spilling. Whether
+skipped batches change a table is answered bucket by bucket too: the commits are walked
+once to ask, and again with the answers.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from inorder.sessions.tables_check_iceberg import read_iceberg
+from inorder.errors import InorderError
+from inorder.sessions.rebuild import REQUIRED_COLUMNS
+from inorder.sessions.tables_check_iceberg import iceberg_commits, iceberg_rows, walk_iceberg
 from inorder.sessions.tables_check_log import (
+    BatchOffsets,
     ChangeLogView,
-    Key,
+    CommitLog,
+    RowFormat,
     TableCheck,
     batch_commit,
     gap,
-    short,
+)
+from inorder.sessions.tables_check_rows import RowFindings, compare_bucket
+from inorder.sessions.tables_check_spill import (
+    BUCKET_ROWS,
+    POSITION,
+    SHARDS,
+    Spill,
+    bucket_shards,
+    change_log_batches,
+    scan,
 )
 from inorder.sessions.tables_delta import BATCH_KEY, FIRST_BATCH_KEY, OFFSETS_KEY, DeltaTableOutput
 from inorder.sessions.tables_iceberg import IcebergTableOutput
@@ -74,11 +93,14 @@ class TablesCheck:
         return [*(line for t in self.tables for line in t.lines()), *self.notes, summary]
 
 
-def check_pipeline_tables(pipeline: Any, owner: str | None = None) -> TablesCheck | None:
+def check_pipeline_tables(
+    pipeline: Any, owner: str | None = None, bucket_rows: int | None = None
+) -> TablesCheck | None:
     """The session tables of ``pipeline`` (``[tables]``) checked against its change log.
 
     ``None`` without tables. ``owner`` is the checkpoint id the pipeline ran with: with it
     the tables' transaction versions are found and checked too. Nothing is created.
+    ``bucket_rows``: see :func:`check_tables_against_change_log` (``None``: its default).
     """
     from inorder.sessions.tables_ops import ops_writer
 
@@ -88,41 +110,193 @@ def check_pipeline_tables(pipeline: Any, owner: str | None = None) -> TablesChec
     if owner and getattr(pipeline.sink, "owner", None) is None:
         pipeline.sink.bind(owner)  # the tables' transactions are kept under the owner's id
     writer = ops_writer(pipeline)
-    return None if writer is None else check_tables_against_change_log(writer)
+    if writer is None:
+        return None
+    return check_tables_against_change_log(writer, bucket_rows=bucket_rows or BUCKET_ROWS)
 
 
 def check_tables_against_change_log(
-    writer: SessionTablesWriter, changes: pa.Table | None = None, last_batch: int | None = None
+    writer: SessionTablesWriter,
+    changes: pa.Table | None = None,
+    last_batch: int | None = None,
+    *,
+    buckets: int | None = None,
+    bucket_rows: int = BUCKET_ROWS,
 ) -> TablesCheck:
     """Check each existing table of ``writer`` against the change log (module docstring).
 
     ``changes``: the change rows (default: read from the writer's change log up to
     ``last_batch``, default its last committed batch); rows of later batches are ignored.
+    Sessions are compared in buckets of about ``bucket_rows`` rows (change rows and table
+    rows); ``buckets`` forces that many buckets of sessions instead.
     """
     if last_batch is None:
         committed = getattr(writer.changes, "last_committed_batch", lambda: None)()
         last_batch = -1 if committed is None else int(committed)
-    if changes is None and last_batch >= 0:
-        changes = writer.changes.read_batches(0, last_batch)
     if changes is not None:
         changes = changes.filter(pc.less_equal(changes.column("batch_id"), last_batch))
-    log = ChangeLogView(changes, last_batch, writer.end, writer.outputs[0].schema)
-    return TablesCheck(last_batch, [_check_table(t, log) for t in writer.outputs])
+        rows: Iterable[pa.RecordBatch] = changes.to_batches()
+    else:
+        rows = change_log_batches(writer.changes, last_batch) if last_batch >= 0 else ()
+    types = writer.outputs[0].schema
+    with tempfile.TemporaryDirectory(prefix="inorder-validate-") as folder:
+        spill = Spill(folder, buckets or SHARDS)
+        offsets, seen = BatchOffsets(), _Seen(types)
+        sizes = spill.write("changes", seen.rows(rows, offsets))
+        offsets.done()
+        fmt = seen.format(sum(sizes) > 0)
+        asking = CommitLog(last_batch, offsets)
+        reads = [_read(t, f"table-{i}", spill, asking) for i, t in enumerate(writer.outputs)]
+        for read in reads:
+            sizes = [a + b for a, b in zip(sizes, read.spilled, strict=True)]
+        groups = (
+            [[s] for s in range(spill.shards)] if buckets else bucket_shards(sizes, bucket_rows)
+        )
+        answers = dict.fromkeys(asking.asked, True)
+        for shards in groups:
+            view = ChangeLogView(spill.read("changes", shards), last_batch, writer.end, fmt)
+            for question in sorted(answers):
+                answers[question] = answers[question] and view.unchanged(*question)
+            for read in reads:
+                if read.through is not None:
+                    data = spill.read(read.name, shards)
+                    if data is None:
+                        data = _empty(read.table.schema)
+                    compare_bucket(read.found, data, view, read.through, read.history)
+            pa.default_memory_pool().release_unused()  # see Spill.write
+    log = CommitLog(last_batch, offsets, answers)
+    return TablesCheck(last_batch, [_check_table(read, log) for read in reads])
 
 
-def _check_table(table: DeltaTableOutput | IcebergTableOutput, log: ChangeLogView) -> TableCheck:
-    check = TableCheck(table.kind, table.path)
-    history = table.kind == "history"
+class _Seen:
+    """The change rows as they are spilled: checked to be a change log, row data cast to the
+    tables' types, offsets gathered; the row format taken from the first."""
+
+    def __init__(self, types: pa.Schema) -> None:
+        self.types = types
+        self._format: RowFormat | None = None
+
+    def rows(
+        self, batches: Iterable[pa.RecordBatch], offsets: BatchOffsets
+    ) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            if self._format is None:
+                missing = [c for c in REQUIRED_COLUMNS if c not in batch.schema.names]
+                if missing:
+                    raise InorderError(
+                        f"not a session change log: missing column(s) {', '.join(missing)}"
+                    )
+                self._format = RowFormat(batch.schema, True, self.types)
+            piece = self._format.cast(pa.Table.from_batches([batch]))
+            offsets.add(piece)
+            yield from piece.to_batches()
+
+    def format(self, any_rows: bool) -> RowFormat:
+        """The change log's row format (none without rows)."""
+        if self._format is None or not any_rows:
+            return RowFormat(None, False, self.types)
+        return self._format
+
+
+@dataclass
+class _Read:
+    """What was read of one table before its rows are compared: enough to check its commits
+    again (:func:`_check_table`) and its rows spilled (``name``), or the error that stopped
+    the reading, where it stopped (``stage``: 0 before its commits were walked, 1 before its
+    transaction version was read, 2 after)."""
+
+    table: DeltaTableOutput | IcebergTableOutput
+    name: str
+    spilled: list[int]
+    exists: bool = True
+    version: int | None = None
+    commits: list[Any] | None = None
+    txn: int | None = None
+    stage: int = 0
+    error: Exception | None = None
+    through: int | None = None
+    found: RowFindings = field(default_factory=RowFindings)
+
+    @property
+    def history(self) -> bool:
+        return self.table.kind == "history"
+
+
+def _read(
+    table: DeltaTableOutput | IcebergTableOutput, name: str, spill: Spill, log: CommitLog
+) -> _Read:
+    """Read ``table``'s commits (asking ``log`` what checking them asks) and spill its rows
+    as stream ``name``."""
+    read = _Read(table, name, [0] * spill.shards)
+    scratch = TableCheck(table.kind, table.path)
     try:
         if not table.exists():
+            read.exists = False
+            log.unchanged(0, log.last, read.history)
+            return read
+        rows: Iterator[pa.RecordBatch]
+        if isinstance(table, DeltaTableOutput):
+            delta = table.open()
+            read.version = int(delta.version())
+            read.commits = [h for h in delta.history() if int(h["version"]) <= read.version]
+            walked = _walk(scratch, read.commits, log)
+            read.stage = 1
+            read.txn = table.committed_batch()
+            read.stage = 2
+            held = walked if walked is not None else (-1 if read.txn is None else read.txn)
+            rows = scan(delta.to_pyarrow_dataset())
+        else:
+            ice, read.version, read.commits = iceberg_commits(table)
+            held = walk_iceberg(scratch, read.commits, log)
+            read.stage = 2
+            rows = iceberg_rows(ice)
+        read.spilled = spill.write(read.name, rows, position=True)
+    except Exception as exc:
+        read.error = exc
+        return read
+    if held < log.last:
+        log.unchanged(held + 1, log.last, read.history)
+    read.through = min(held, log.last)
+    return read
+
+
+def _empty(schema: pa.Schema) -> pa.Table:
+    return schema.append(pa.field(POSITION, pa.int64())).empty_table()
+
+
+def _check_table(read: _Read, log: CommitLog) -> TableCheck:
+    """The check of one table: its commits walked again with ``log``'s answers, in the order a
+    single reading finds things, then its rows' findings."""
+    table = read.table
+    check = TableCheck(table.kind, table.path)
+    history = read.history
+    try:
+        if not read.exists:
             check.exists = False
             if not log.unchanged(0, log.last, history):
                 check.pending = [0, log.last]
             return check
+        check.version = read.version
+        if read.commits is None:
+            raise _stopped(read)
         if isinstance(table, DeltaTableOutput):
-            held, data = _read_delta(check, table, log)
+            walked = _walk(check, read.commits, log)
+            if read.stage < 2:
+                raise _stopped(read)
+            txn = read.txn
+            held = walked if walked is not None else (-1 if txn is None else txn)
+            if txn is not None and txn != held:
+                check.found(
+                    "transaction",
+                    f"transaction version {txn} (where the next run resumes), but its commits "
+                    f"hold batches through {held}",
+                )
         else:
-            held, data = read_iceberg(check, table, log)
+            held = walk_iceberg(check, read.commits, log)
+        if read.error is not None:
+            raise read.error
         check.last_batch = held
     except Exception as exc:
         check.found("unreadable", f"cannot read the table: {exc}")
@@ -131,34 +305,17 @@ def _check_table(table: DeltaTableOutput | IcebergTableOutput, log: ChangeLogVie
         check.found("ahead", f"holds batches through {held}; the change log ends at {log.last}")
     elif held < log.last and not log.unchanged(held + 1, log.last, history):
         check.pending = [held + 1, log.last]
-    through = min(held, log.last)
-    live = data.filter(pc.equal(data.column("is_current"), True)) if history else data
-    _compare_live(check, live, log, through)
-    if history:
-        _check_versions(check, data, log, through)
+    read.found.report(check)
     return check
 
 
-def _read_delta(
-    check: TableCheck, table: DeltaTableOutput, log: ChangeLogView
-) -> tuple[int, pa.Table]:
-    """The last batch the Delta table holds (its commits checked) and its rows."""
-    delta = table.open()
-    check.version = int(delta.version())
-    commits = [h for h in delta.history() if int(h["version"]) <= check.version]
-    walked = _walk(check, commits, log)
-    txn = table.committed_batch()
-    held = walked if walked is not None else (-1 if txn is None else txn)
-    if txn is not None and txn != held:
-        check.found(
-            "transaction",
-            f"transaction version {txn} (where the next run resumes), but its commits "
-            f"hold batches through {held}",
-        )
-    return held, delta.to_pyarrow_dataset().to_table()
+def _stopped(read: _Read) -> Exception:
+    """The error that stopped reading the table."""
+    assert read.error is not None
+    return read.error
 
 
-def _walk(check: TableCheck, history: list[dict[str, Any]], log: ChangeLogView) -> int | None:
+def _walk(check: TableCheck, history: list[dict[str, Any]], log: CommitLog) -> int | None:
     """Check the batch commits on the lineage of the table's version; its last batch
     (``None``: no batch commit left in an incomplete log)."""
     entries = sorted(history, key=lambda h: int(h["version"]))
@@ -204,70 +361,3 @@ def _walk(check: TableCheck, history: list[dict[str, Any]], log: ChangeLogView) 
             check.first_batch = first
         held = batch_commit(check, log, f"version {v}", held, (first, last), h.get(OFFSETS_KEY))
     return held
-
-
-def _compare_live(check: TableCheck, data: pa.Table, log: ChangeLogView, through: int) -> None:
-    """The table's live rows against the sessions rebuilt from the change log."""
-    want = log.live(through)
-    check.rows = len(want)
-    got: dict[Key, Any] = {}
-    keys = zip(*(data[c].to_pylist() for c in ("topic", "session", "row_id")), strict=True)
-    for key, value in zip(keys, log.values(data), strict=True):
-        if key in got:
-            check.found("extra", f"extra {key}: the table holds it more than once")
-        got[key] = value
-    _diff(check, want, got, "", str)
-
-
-def _check_versions(check: TableCheck, data: pa.Table, log: ChangeLogView, through: int) -> None:
-    """Every history version against the change row that opened it, and their validity."""
-    want = log.versions(through)
-    check.versions = len(want)
-    names = ("topic", "session", "row_id", "partition", "valid_from_offset", "valid_to_offset")
-    columns = [data[c].to_pylist() for c in (*names, "is_current")]
-    got: dict[Key, Any] = {}
-    spans: dict[Key, list[tuple[int, int | None]]] = {}
-    for *key, start, end, is_current, value in zip(*columns, log.values(data), strict=True):
-        if (*key, start) in got:
-            check.found("versions extra", f"version of {tuple(key)} from {start}: held twice")
-        got[(*key, start)] = value
-        spans.setdefault(tuple(key), []).append((start, end))
-        if is_current != (end is None):
-            check.found(
-                "validity",
-                f"version of {tuple(key[:3])} from offset {start}: is_current {is_current} but "
-                f"valid_to_offset {end}",
-            )
-    _diff(check, want, got, "versions ", lambda k: f"version of {k[:3]} from offset {k[4]}")
-    for of, span in spans.items():
-        span.sort(key=lambda s: s[0])
-        for (start, end), (following, _) in itertools.pairwise(span):
-            if end is None or end > following:
-                check.found(
-                    "overlapping versions",
-                    f"versions of {of[:3]} overlap: the one from offset {start} ends at {end}, "
-                    f"the next starts at {following}",
-                )
-
-
-def _diff(
-    check: TableCheck,
-    want: dict[Key, Any],
-    got: dict[Key, Any],
-    kind: str,
-    name: Callable[[Key], str],
-) -> None:
-    """Keys only the change log has, only the table has, and with other data in each."""
-    for key in sorted(want.keys() - got.keys()):
-        check.found(f"{kind}missing", f"missing {name(key)}: the change log has {short(want[key])}")
-    for key in sorted(got.keys() - want.keys()):
-        check.found(
-            f"{kind}extra",
-            f"extra {name(key)}: the table has {short(got[key])}, the change log none",
-        )
-    for key in sorted(k for k in want.keys() & got.keys() if want[k] != got[k]):
-        check.found(
-            f"{kind}different",
-            f"different {name(key)}: the table has {short(got[key])}, the change log "
-            f"{short(want[key])}",
-        )

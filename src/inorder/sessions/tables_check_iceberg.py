@@ -11,21 +11,30 @@ table back to and no first batch. The rows are then compared as for a Delta tabl
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pyarrow as pa
 
-from inorder.sessions.tables_check_log import ChangeLogView, TableCheck, batch_commit, gap
+from inorder.sessions.tables_check_log import CommitLog, TableCheck, batch_commit, gap
 from inorder.sessions.tables_delta import BATCH_KEY, FIRST_BATCH_KEY, OFFSETS_KEY
 from inorder.sessions.tables_iceberg import IcebergTableOutput
 
 
-def read_iceberg(
-    check: TableCheck, table: IcebergTableOutput, log: ChangeLogView
-) -> tuple[int, pa.Table]:
-    """The last batch the table holds (its commits checked into ``check``) and its rows."""
+def iceberg_commits(
+    table: IcebergTableOutput,
+) -> tuple[Any, int | None, list[tuple[Any, dict[str, str]]]]:
+    """The opened table, its current snapshot id and its batch commits, oldest first."""
     ice = table.open()
     snapshot = ice.current_snapshot()
-    check.version = None if snapshot is None else int(snapshot.snapshot_id)
-    commits = list(table.commits(ice))[::-1]  # oldest first
+    version = None if snapshot is None else int(snapshot.snapshot_id)
+    return ice, version, list(table.commits(ice))[::-1]
+
+
+def walk_iceberg(
+    check: TableCheck, commits: list[tuple[Any, dict[str, str]]], log: CommitLog
+) -> int:
+    """The last batch the table holds, its commits (oldest first) checked into ``check``."""
     held = -1
     check.first_batch = 0
     for found, props in commits:
@@ -39,5 +48,11 @@ def read_iceberg(
             continue
         batches = (int(first_given), last)
         held = batch_commit(check, log, where, held, batches, props.get(OFFSETS_KEY))
-    rows = ice.scan().to_arrow() if snapshot is not None else table.schema.empty_table()
-    return held, rows
+    return held
+
+
+def iceberg_rows(ice: Any) -> Iterator[pa.RecordBatch]:
+    """The rows of the table's current snapshot, record batch after record batch."""
+    if ice.current_snapshot() is None:
+        return
+    yield from ice.scan().to_arrow_batch_reader()

@@ -65,10 +65,18 @@ class TableCheck:
 
     def found(self, kind: str, text: str) -> None:
         """Count one discrepancy of ``kind`` and keep its description while few."""
+        self.tally(kind, 1)
+        self.show(text)
+
+    def tally(self, kind: str, count: int) -> None:
+        """Count ``count`` discrepancies of ``kind``."""
         if kind in ("missing", "extra", "different"):
-            setattr(self, kind, getattr(self, kind) + 1)
+            setattr(self, kind, getattr(self, kind) + count)
         else:
-            self.problems[kind] = self.problems.get(kind, 0) + 1
+            self.problems[kind] = self.problems.get(kind, 0) + count
+
+    def show(self, text: str) -> None:
+        """Keep a discrepancy's description while few are kept."""
         if len(self.differences) < SHOWN:
             self.differences.append(text)
 
@@ -100,56 +108,115 @@ class TableCheck:
         return asdict(self) | {"ok": self.ok}
 
 
-class ChangeLogView:
-    """The change rows, batch after batch, as the tables should hold them."""
+class RowFormat:
+    """How the change log holds row data (the JSON ``row`` column or typed columns), taken
+    from its schema, and how row data is read from change rows or a table's rows alike.
 
-    def __init__(self, changes: pa.Table | None, last: int, end: EndMode, types: pa.Schema) -> None:
-        self.last, self.drop = last, end == "drop"
-        self.json, self.row_cols = False, []
+    ``rows``: whether the change log (through the checked batch) has any row; without one,
+    nothing has row data.
+    """
+
+    def __init__(self, schema: pa.Schema | None, rows: bool, types: pa.Schema) -> None:
+        self.rows = rows and schema is not None
+        self.json = self.rows and schema is not None and "row" in schema.names
+        self.columns: list[str] = []
+        self.casts: dict[str, pa.DataType] = {}
+        if not self.rows or schema is None:
+            return
+        self.columns = (
+            ["row"] if self.json else [c for c in schema.names if c not in NON_ROW_COLUMNS]
+        )
+        for name in self.columns:
+            # The tables store Delta's types (timestamps in microseconds): compared as stored.
+            if name in types.names and schema.field(name).type != types.field(name).type:
+                self.casts[name] = types.field(name).type
+
+    def cast(self, changes: pa.Table) -> pa.Table:
+        """``changes`` with the row columns in the tables' types."""
+        for name, to in self.casts.items():
+            i = changes.schema.get_field_index(name)
+            changes = changes.set_column(i, name, changes.column(name).cast(to, safe=False))
+        return changes
+
+    def values(self, table: pa.Table) -> list[Any]:
+        """Row data of each row of ``table`` (change rows or a table's rows)."""
+        if not self.rows:
+            return [None] * table.num_rows
+        if self.json:
+            return [None if t is None else msgspec.json.decode(t) for t in table["row"].to_pylist()]
+        return list(table.select(self.columns).to_pylist())
+
+
+class BatchOffsets:
+    """Per change-log batch and ``topic/partition``: the first and last offset of its rows,
+    gathered from the change rows piece by piece (:meth:`add`)."""
+
+    def __init__(self) -> None:
+        self._pieces: list[pa.Table] = []
+        self._batch = np.zeros(0, np.int64)
+        self._tp: list[str] = []
+        self._lo: list[int] = []
+        self._hi: list[int] = []
+
+    def add(self, changes: pa.Table) -> None:
+        """Take in the offsets of some change rows (a batch may come in several pieces)."""
+        if changes.num_rows:
+            self._pieces.append(_offset_ranges(changes))
+
+    def done(self) -> None:
+        """Merge the pieces; :meth:`ranges` answers from then on."""
+        if not self._pieces:
+            return
+        grouped = _offset_ranges(pa.concat_tables(self._pieces), "_min", "_max")
+        self._pieces = []
+        grouped = grouped.sort_by([("batch_id", "ascending")])
+        self._batch = np.asarray(grouped.column("batch_id").to_numpy(), dtype=np.int64)
+        topics, partitions = grouped["topic"].to_pylist(), grouped["partition"].to_pylist()
+        self._tp = [f"{t}/{p}" for t, p in zip(topics, partitions, strict=True)]
+        self._lo = grouped["offset_min"].to_pylist()
+        self._hi = grouped["offset_max"].to_pylist()
+
+    def ranges(self, first: int, last: int) -> dict[str, list[int]]:
+        """Per ``topic/partition``: first and last offset of the change rows of the batches."""
+        out: dict[str, list[int]] = {}
+        start = int(np.searchsorted(self._batch, first, "left"))
+        stop = int(np.searchsorted(self._batch, last, "right"))
+        for i in range(start, stop):
+            lo, hi = self._lo[i], self._hi[i]
+            have = out.setdefault(self._tp[i], [lo, hi])
+            have[:] = [min(have[0], lo), max(have[1], hi)]
+        return out
+
+
+def _offset_ranges(changes: pa.Table, lo: str = "", hi: str = "") -> pa.Table:
+    """``batch_id, topic, partition, offset_min, offset_max`` of ``changes`` (whose offsets
+    are in ``offset{lo}`` and ``offset{hi}``)."""
+    keys = ["batch_id", "topic", "partition"]
+    if not lo:
+        return changes.group_by(keys).aggregate([("offset", "min"), ("offset", "max")])
+    merged = changes.group_by(keys).aggregate([(f"offset{lo}", "min"), (f"offset{hi}", "max")])
+    return merged.rename_columns([*keys, "offset_min", "offset_max"])
+
+
+class ChangeLogView:
+    """Change rows (all of them, or those of some sessions), batch after batch, as the tables
+    should hold them."""
+
+    def __init__(self, changes: pa.Table | None, last: int, end: EndMode, fmt: RowFormat) -> None:
+        self.last, self.drop, self.format = last, end == "drop", fmt
         self.rows: pa.Table | None = None
-        self.offsets: dict[int, dict[str, list[int]]] = {}
         if changes is None or changes.num_rows == 0:
             return
-        self.json = "row" in changes.column_names
-        self.row_cols = (
-            ["row"] if self.json else [c for c in changes.column_names if c not in NON_ROW_COLUMNS]
-        )
-        for name in self.row_cols:
-            # The tables store Delta's types (timestamps in microseconds): compared as stored.
-            if name in types.names and changes.schema.field(name).type != types.field(name).type:
-                i = changes.schema.get_field_index(name)
-                changes = changes.set_column(
-                    i, name, changes.column(name).cast(types.field(name).type, safe=False)
-                )
         ordered = ordered_changes(changes)
         # Batch after batch, each in application order (the sort is stable).
         self.rows = ordered.take(pc.sort_indices(ordered, [("batch_id", "ascending")]))
         self.batch = np.asarray(self.rows.column("batch_id").to_numpy(), dtype=np.int64)
-        grouped = self.rows.group_by(["batch_id", "topic", "partition"]).aggregate(
-            [("offset", "min"), ("offset", "max")]
-        )
-        names = ("batch_id", "topic", "partition", "offset_min", "offset_max")
-        for b, t, p, lo, hi in zip(*(grouped[c].to_pylist() for c in names), strict=True):
-            self.offsets.setdefault(b, {})[f"{t}/{p}"] = [lo, hi]
         self._columns: list[list[Any]] | None = None
         self._pos, self._tables = 0, dict[tuple[str, str], dict[str, Any]]()
 
     def values(self, table: pa.Table) -> list[Any]:
         """Row data of each row of ``table`` (change rows or a table's rows)."""
-        if self.rows is None:
-            return [None] * table.num_rows
-        if self.json:
-            return [None if t is None else msgspec.json.decode(t) for t in table["row"].to_pylist()]
-        return list(table.select(self.row_cols).to_pylist())
-
-    def offset_ranges(self, first: int, last: int) -> dict[str, list[int]]:
-        """Per ``topic/partition``: first and last offset of the change rows of the batches."""
-        out: dict[str, list[int]] = {}
-        for b in sorted(k for k in self.offsets if first <= k <= last):
-            for tp, (lo, hi) in self.offsets[b].items():
-                have = out.setdefault(tp, [lo, hi])
-                have[:] = [min(have[0], lo), max(have[1], hi)]
-        return out
+        return self.format.values(table)
 
     def upto(self, last: int) -> pa.Table | None:
         """The change rows of batches up to ``last``."""
@@ -230,7 +297,32 @@ class ChangeLogView:
         return opened
 
 
-def gap(check: TableCheck, log: ChangeLogView, first: int, last: int, where: str) -> None:
+class CommitLog:
+    """What checking a table's commits asks of the change log: its last batch, the offset
+    ranges of batches, and whether batches change the table.
+
+    ``answers`` to the last, per ``(first, last, history)``; without them the questions are
+    recorded in :attr:`asked` (and answered "unchanged"), to be answered bucket by bucket.
+    """
+
+    def __init__(
+        self,
+        last: int,
+        offsets: BatchOffsets,
+        answers: dict[tuple[int, int, bool], bool] | None = None,
+    ) -> None:
+        self.last, self.offsets, self.answers = last, offsets, answers
+        self.asked: set[tuple[int, int, bool]] = set()
+
+    def unchanged(self, first: int, last: int, history: bool) -> bool:
+        """Whether batches ``first..last`` leave a table as it was (so need no commit)."""
+        if self.answers is None:
+            self.asked.add((first, last, history))
+            return True
+        return self.answers[(first, last, history)]
+
+
+def gap(check: TableCheck, log: CommitLog, first: int, last: int, where: str) -> None:
     """A discrepancy unless batches ``first..last`` leave the table unchanged (no commit due)."""
     if not log.unchanged(first, last, check.table == "history"):
         check.found(
@@ -241,7 +333,7 @@ def gap(check: TableCheck, log: ChangeLogView, first: int, last: int, where: str
 
 def batch_commit(
     check: TableCheck,
-    log: ChangeLogView,
+    log: CommitLog,
     where: str,
     held: int,
     batches: tuple[int, int],
@@ -260,7 +352,7 @@ def batch_commit(
     else:
         gap(check, log, held + 1, first - 1, where)
     recorded = json.loads(offsets or "{}")
-    expected = log.offset_ranges(first, last)
+    expected = log.offsets.ranges(first, last)
     if recorded != expected:
         check.found(
             "offsets",
