@@ -252,28 +252,6 @@ def seed(backend: Any, initial: InitialState) -> dict[TopicPartition, int]:
     return written
 
 
-def prepare_pipeline(pipeline: Any, layout: CheckpointLayout) -> tuple[Any, bool]:
-    """The pipeline as run: versioned sink, source at the initial offsets (new checkpoint).
-
-    Returns the (possibly copied) pipeline and whether the initial state must be seeded.
-    """
-    changes: dict[str, Any] = {}
-    job_version = getattr(pipeline, "job_version", None)
-    if job_version:
-        from inorder.sinks.versioned import VersionedSink
-
-        if not isinstance(pipeline.sink, VersionedSink):
-            changes["sink"] = VersionedSink(pipeline.sink, str(job_version))
-    initial: InitialState | None = getattr(pipeline, "initial_state", None)
-    seeding = initial is not None and is_new_checkpoint(layout)
-    if seeding:
-        assert initial is not None
-        changes["source"] = with_starting_offsets(pipeline.source, initial)
-    if not changes:
-        return pipeline, seeding
-    return dataclasses.replace(pipeline, **changes), seeding
-
-
 def seed_if_needed(backend: Any, pipeline: Any, seeding: bool) -> None:
     """Seed the backend's state from the pipeline's initial state when ``seeding``."""
     initial: InitialState | None = getattr(pipeline, "initial_state", None)

@@ -42,7 +42,7 @@ from inorder.pipeline.progress import (
     make_reporter,
 )
 from inorder.pipeline.query import trigger_kwargs
-from inorder.pipeline.resume import resume_overrides
+from inorder.pipeline.resume import prepare_run
 from inorder.pipeline.sink_background import finish_sinks, guard_sinks
 from inorder.pipeline.spark_progress import (
     batch_lag,
@@ -259,15 +259,14 @@ class PipelineRunner:
         from inorder.pipeline.spark import build_spark_session, warm_python_workers
 
         started = time.monotonic()
-        from inorder.archive.initial_state import prepare_pipeline, seed_if_needed
+        from inorder.archive.initial_state import seed_if_needed
 
         # Settings that would run "fine" and quietly do the wrong thing: refused first.
         check_fits(self.pipeline.resolved_integrity(), self.pipeline.processor)
 
-        # Job version (sink wrapper) and initial state (starting offsets) when configured.
-        self.pipeline, seeding = prepare_pipeline(self.pipeline, self.layout)
-        # What `inorder repair` left in the checkpoint: batch id offset, starting offsets.
-        self.pipeline = resume_overrides(self.pipeline, self.layout)
+        # Job version (sink wrapper), initial state (starting offsets) when configured, and
+        # what `inorder repair` left in the checkpoint (batch id offset, starting offsets).
+        self.pipeline, seeding = prepare_run(self.pipeline, self.layout)
         p = self.pipeline
         summary = RunSummary(
             output=p.sink.describe(),
