@@ -60,6 +60,9 @@ __all__ = [
 
 #: Seconds to wait for the broker to answer before calling it unreachable.
 CONNECT_TIMEOUT_S = 5.0
+#: Bound of each end-offset query once the broker has answered (a reachable broker on a busy
+#: machine can take longer than the first contact allows; the query returns when it answers).
+WATERMARK_TIMEOUT_S = 60.0
 
 _kafka_log = KAFKA_LOG
 
@@ -347,7 +350,7 @@ def _end_offsets(
         for topic, count in partitions.items():
             out[topic] = {
                 p: consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=CONNECT_TIMEOUT_S
+                    TopicPartition(topic, p), timeout=WATERMARK_TIMEOUT_S
                 )[1]
                 for p in range(count)
             }
