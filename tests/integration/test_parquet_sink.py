@@ -399,6 +399,11 @@ def test_background_compaction_never_holds_a_commit_up(tmp_path: Path) -> None:
     assert sorted(read_committed(path).column("offset").to_pylist()) == list(range(800))
     assert sorted(f.level for f in committed_files(path)) == [2, 2]
     assert collect_parquet(sink, None).problems == []
+    # The same sink in a later run (a notebook running a pipeline again) compacts again.
+    for b in range(4, 6):
+        sink.commit(b, stage(sink, b, 200))
+    assert sink.finish_background() is None
+    assert sorted(f.level for f in committed_files(path)) == [2, 2, 2]
 
     fenced = str(tmp_path / "fenced")
     other = ParquetSink(fenced, compact=True, compaction_fanout=2, compaction_levels=2)

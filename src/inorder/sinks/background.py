@@ -46,6 +46,12 @@ class BackgroundWork:
                 self._thread.start()
             self._cond.notify_all()
 
+    @property
+    def finished(self) -> bool:
+        """Whether :meth:`finish` was called (a finished one never runs another round)."""
+        with self._cond:
+            return self._stopping
+
     def wait_rounds(self, count: int, timeout: float) -> bool:
         """Wait until ``count`` rounds have finished; ``False`` on timeout."""
         with self._cond:

@@ -37,7 +37,7 @@ class ParquetCompactor:
         if not self.background:
             self.run_round()
             return
-        if self._work is None:
+        if self._work is None or self._work.finished:  # a finished run's sink, run again
             self._work = BackgroundWork(self.run_round, f"inorder-compactor {self.path}")
         self._work.wake()
 
