@@ -251,6 +251,11 @@ class CheckpointLease:
                 "this checkpoint, then delete that file"
             ) from None
 
+    def current_holder(self) -> LeaseRecord | None:
+        """The lease as stored when a run holds it now (unexpired), else ``None``; read only."""
+        record, _ = self._read()
+        return record if record is not None and record.expires_at > time.time() else None
+
     # -- acquiring -------------------------------------------------------------------------
 
     def acquire(self, wait: bool = True, holder_gone: bool = False) -> LeaseRecord:

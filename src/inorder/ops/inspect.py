@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from inorder.errors import InorderError
 from inorder.ops.batchlog import BatchEntry, BatchLog, load_batch_log
 from inorder.ops.replay import to_plain
 from inorder.ops.target import OpsTarget
+from inorder.pids import process_alive
 from inorder.pipeline.batch_history import read_history
 from inorder.records import TopicPartition
 
@@ -74,6 +76,23 @@ def run_started_at(layout: CheckpointLayout) -> float | None:
         return os.path.getmtime(path)
     except OSError:
         return None
+
+
+def running_run(layout: CheckpointLayout) -> str | None:
+    """Who runs the pipeline now (its lease, held and unexpired), or ``None``.
+
+    A run killed on this host leaves its lease until it expires: its pid, gone, says so.
+    """
+    try:
+        holder = layout.lease().current_holder()
+    except InorderError:
+        return None  # a damaged lease: the run that finds it says so
+    if holder is None:
+        return None
+    pid, _, host = holder.holder.removeprefix("pid ").partition(" on ")
+    if host == socket.gethostname() and pid.isdigit() and not process_alive(int(pid)):
+        return None
+    return holder.describe()
 
 
 def _duration(b: BatchEntry, recorded: Mapping[str, Any] | None, restarted: bool) -> float | None:
@@ -227,6 +246,8 @@ def inspect_all(
     # After `inorder repair` the output's batch ids are this checkpoint's plus an offset.
     doc["output_batch_offset"] = target.batch_offset
     if want_batches:
+        # A run holding the lease now is applying the newest planned batch: "in flight".
+        doc["running"] = running_run(target.layout)
         history = read_history(target.layout)
         started = run_started_at(target.layout)
         doc["batches"] = [asdict(b) for b in batches(log, limit, history, started)]
@@ -270,11 +291,17 @@ def format_inspect(doc: dict[str, Any]) -> list[str]:
             f"repaired checkpoint: its batch b is batch {shift} + b in the output "
             "(the rows' batch_id column)"
         )
-    for b in doc.get("batches", []):
+    if doc.get("running"):
+        lines.append(f"a run is in progress: {doc['running']}")
+    shown_batches = doc.get("batches", [])
+    newest = max((b["batch_id"] for b in shown_batches), default=None)
+    for b in shown_batches:
         ranges = ", ".join(
             f"{tp} {r[0] if r[0] >= 0 else '?'}..{r[1]}" for tp, r in b["ranges"].items()
         )
         state = "committed" if b["committed"] else "NOT committed"
+        if not b["committed"] and doc.get("running") and b["batch_id"] == newest:
+            state = "in flight"
         dur = "?" if b["duration_seconds"] is None else f"{b['duration_seconds']:.2f} s"
         if b.get("restarted"):
             dur += " (re-run after a restart)" if b["committed"] else " (to re-run)"
