@@ -24,6 +24,7 @@ from inorder.checkpoint.state_files import load_partition_state, loadable_versio
 from inorder.engine.context import from_micros
 from inorder.errors import InorderError
 from inorder.ops.batchlog import BatchEntry, BatchLog, load_batch_log
+from inorder.ops.output_files import format_output_files, output_files
 from inorder.ops.replay import to_plain
 from inorder.ops.target import OpsTarget
 from inorder.pids import process_alive
@@ -251,6 +252,9 @@ def inspect_all(
         history = read_history(target.layout)
         started = run_started_at(target.layout)
         doc["batches"] = [asdict(b) for b in batches(log, limit, history, started)]
+        files = output_files(target.sink)
+        if files is not None:
+            doc["output_files"] = asdict(files)
         snapshots = output_snapshots(target, limit)
         if snapshots is not None:
             doc["output_snapshots"] = snapshots
@@ -310,6 +314,8 @@ def format_inspect(doc: dict[str, Any]) -> list[str]:
             f"batch {shown} {state:<13} planned {b['planned_at']} took {dur} "
             f"records {b['records_planned']:,}  {ranges}"
         )
+    if "output_files" in doc:
+        lines.extend(format_output_files(doc["output_files"]))
     if "output_snapshots" in doc:
         from inorder.sinks.iceberg_history import format_snapshot
 

@@ -1,0 +1,33 @@
+"""`inspect`'s view of a Parquet output: live files by compaction level and the merges due."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from tests.fixtures.sink_cases import ID_SCHEMA, id_batch, stage_batch
+
+from inorder.ops.output_files import format_output_files, output_files
+from inorder.sinks.compaction import compact_parquet
+from inorder.sinks.offset_ids import BatchIdOffset
+from inorder.sinks.parquet import ParquetSink
+
+
+def test_files_by_level_and_the_backlog(tmp_path: Path) -> None:
+    path = str(tmp_path / "out")
+    sink = ParquetSink(path, partition_by=["topic"], compaction_fanout=2, compaction_levels=2)
+    sink.check(ID_SCHEMA)
+    for b in range(3):  # two topics, two tasks: 4 small files per batch, no compaction
+        sink.commit(b, stage_batch(sink, b, id_batch(b, 20)))
+    before = output_files(BatchIdOffset(sink, 0))  # a wrapped sink is looked through
+    assert before is not None
+    assert (before.files, before.rows, before.partitions) == (12, 60, 2)
+    assert [(lv.level, lv.files) for lv in before.levels] == [(0, 12)]
+    assert before.due_merges == 6 and before.due_files == 12  # pairs of each topic's files
+    line = format_output_files(asdict(before))
+    assert line[0].startswith("output: 12 files, ") and "6 merge(s) of 12 files due now" in line[0]
+
+    compact_parquet(path, fanout=2, levels=2, grace_seconds=0)
+    after = output_files(sink)
+    assert after is not None and after.rows == 60 and after.files < before.files
+    assert all(lv.level >= 1 for lv in after.levels), after.levels
