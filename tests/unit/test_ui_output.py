@@ -103,3 +103,17 @@ def test_a_delta_output_counts_each_batch_and_its_resets(tmp_path: Path) -> None
     # Without a recorded history the page still has each batch's rows and files.
     assert info.by_batch == {0: (4, 1), 1: (2, 1)}
     assert [(r.batch_id, r.first_offset, r.key) for r in info.resets] == [(1, 11, "S")]
+
+
+def test_a_parquet_output_shows_its_compaction_backlog(tmp_path: Path) -> None:
+    from inorder.sinks.parquet import ParquetSink
+
+    sink = ParquetSink(str(tmp_path / "pq"), compaction_fanout=2, compaction_levels=2)
+    sink.check(SCHEMA)
+    for batch_id in range(3):
+        assert sink.commit(
+            batch_id, _stage(sink, batch_id, range(10 * batch_id, 10 * batch_id + 5))
+        )
+    info = _source(sink)._read_output()
+    assert info.kind == "parquet" and (info.rows, info.files) == (15, 3), info
+    assert info.compaction == "level 0: 3; 1 merge(s) of 2 files due", info.compaction

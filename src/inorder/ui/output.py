@@ -28,6 +28,8 @@ class OutputInfo:
     by_batch: dict[int, tuple[int, int]] | None = None
     resets: list[EventRow] = field(default_factory=list)
     note: str = ""
+    #: Parquet: files per compaction level and the merges due now (the compaction backlog).
+    compaction: str = ""
 
 
 #: Reads the session resets of a pyarrow dataset of the output (and whether the scan may
@@ -57,7 +59,28 @@ def read_output(sink: Any, reference: str, batch_offset: int) -> OutputInfo:
     shown = str(location.root if hasattr(location, "root") else location)
     if kind == "delta":
         return _delta_output(location, shown, resets)
-    return _parquet_output(location, shown, resets)
+    info = _parquet_output(location, shown, resets)
+    info.compaction = _compaction_backlog(sink)
+    return info
+
+
+def _compaction_backlog(sink: Any) -> str:
+    """Files per level and the merges due, in a few words ("" when it cannot be read)."""
+    from inorder.ops.output_files import output_files
+
+    try:
+        files = output_files(sink)
+    except Exception:  # the page shows what it can: the rest of the output still reads
+        return ""
+    if files is None:
+        return ""
+    levels = ", ".join(f"level {lv.level}: {lv.files:,}" for lv in files.levels) or "no files"
+    due = (
+        f"{files.due_merges:,} merge(s) of {files.due_files:,} files due"
+        if files.due_merges
+        else "nothing due"
+    )
+    return f"{levels}; {due}"
 
 
 def _parquet_output(location: Any, shown: str, resets: ResetReader) -> OutputInfo:

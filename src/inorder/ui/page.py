@@ -326,6 +326,10 @@ def _state_and_output(doc: Mapping[str, Any]) -> str:
         ("rows", _n(out["rows"])),
         ("size", _bytes(out["bytes"])),
     ]
+    if out.get("compaction"):
+        facts.append(
+            ("compaction", f'<span id="out-compaction">{escape(out["compaction"])}</span>')
+        )
     output = (
         "<table><tbody>"
         + "".join(f'<tr><th>{escape(k)}</th><td class="wrap">{v}</td></tr>' for k, v in facts)
