@@ -41,7 +41,6 @@ class OutputFiles:
 
 def output_files(sink: Sink) -> OutputFiles | None:
     """The files of ``sink`` when it is a Parquet output (``None`` for other outputs)."""
-    from inorder.sinks.compaction import compact_parquet
     from inorder.sinks.parquet import ParquetSink, committed_files
 
     inner: Any = sink
@@ -55,14 +54,7 @@ def output_files(sink: Sink) -> OutputFiles | None:
         entry = by_level.setdefault(f.level, LevelFiles(f.level, 0, 0))
         entry.files += 1
         entry.bytes += f.size_bytes
-    due = compact_parquet(
-        inner.path,
-        storage_options=inner.storage_options,
-        target_file_size=inner.target_file_size,
-        fanout=inner.compaction_fanout,
-        levels=inner.compaction_levels,
-        dry_run=True,
-    )
+    due = inner.compactor.plan()  # the sink's own settings, nothing merged
     return OutputFiles(
         files=len(live),
         bytes=sum(f.size_bytes for f in live),

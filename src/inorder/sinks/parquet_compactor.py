@@ -43,7 +43,14 @@ class ParquetCompactor:
 
     def run_round(self) -> None:
         """Merge what the level rule says is due, as of now."""
-        compaction.compact_parquet(  # looked up per call: a benchmark may wrap it
+        self._compact(dry_run=False)
+
+    def plan(self) -> compaction.CompactionReport:
+        """What a round would merge now, without merging (the compaction backlog)."""
+        return self._compact(dry_run=True)
+
+    def _compact(self, dry_run: bool) -> compaction.CompactionReport:
+        return compaction.compact_parquet(  # looked up per call: a benchmark may wrap it
             self.path,
             storage_options=self.storage_options,
             target_file_size=self.target_file_size,
@@ -51,6 +58,7 @@ class ParquetCompactor:
             compression=self.compression,
             fanout=self.fanout,
             levels=self.levels,
+            dry_run=dry_run,
             before_commit=self.guard,
         )
 
