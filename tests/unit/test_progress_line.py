@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inorder.engine.partition import BatchReport
+from inorder.engine.batch_report import BatchReport
 from inorder.kafka.offsets import SourceOffset
 from inorder.pipeline.progress import format_batch
 from inorder.pipeline.spark_progress import batch_lag, batch_progress, lag_by_partition

@@ -10,10 +10,12 @@ Per micro-batch ``B`` (:meth:`PartitionBackend.run_batch`), on the driver:
    after the other. Per topic-partition the task loads the state as of ``B-1``, applies the
    records in offset order, stages output files, writes the state delta of ``B`` and
    returns a small result row.
-3. A ``fail``-policy violation anywhere raises :class:`~inorder.errors.IntegrityError`
-   before anything is committed. Otherwise the dead-letter sink and then the sink commit
-   batch ``B``. The sink's commit is the batch's commit point: a batch already committed
-   there (crash after the commit, before Spark's own commit log) is skipped when re-run.
+3. :class:`~inorder.engine.batch_commit.BatchCommit`: a ``fail``-policy violation anywhere
+   raises :class:`~inorder.errors.IntegrityError` before anything is committed; otherwise
+   the lease fence, the dead-letter sink and then the sink commit batch ``B``, then the
+   after-commit hooks (session materializer and tables) run. The sink's commit is the
+   batch's commit point: a batch already committed there (crash after the commit, before
+   Spark's own commit log) is not committed again when re-run; only its hooks catch up.
 
 A crash anywhere before the sink commit leaves staged files and a state version ``B`` that
 nobody reads: the re-run of ``B`` ignores the state at ``B`` (loading ``B-1``), rewrites it
@@ -25,82 +27,24 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any, get_args, get_type_hints
 
 import pyarrow as pa
 
 from inorder.codecs.base import Codec
-from inorder.engine.reference import raise_failure
-from inorder.engine.rejections import check_rejections
+from inorder.engine.batch_commit import BatchCommit
+from inorder.engine.batch_report import BatchReport, state_opens, task_phases
 from inorder.engine.results import RESULT_DDL, TaskResult, result_of
 from inorder.engine.task import INPUT_EXPRS, TaskSpec, run_task
-from inorder.engine.violations import ViolationEvent
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.kafka.options import SourceOptions
 from inorder.processor import Processor, processor_types
-from inorder.sinks.base import ConsumedOffsets, Sink, SinkError
+from inorder.sinks.base import Sink, SinkError
 from inorder.spark.worker_pools import engine_pool
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.store import StateOptions
-
-
-@dataclass(slots=True)
-class PartitionReport:
-    """What one topic-partition did in a batch."""
-
-    topic: str
-    partition: int
-    first_offset: int | None
-    last_offset: int
-    records: int
-    output_rows: int
-    state_keys: int
-    violation_counts: dict[str, int]
-    counters: dict[str, int]
-    timings: dict[str, float]
-
-
-@dataclass(slots=True)
-class BatchReport:
-    """What a micro-batch did (feeds the progress line and ``--json`` output)."""
-
-    batch_id: int
-    committed: bool = True
-    records: int = 0
-    output_rows: int = 0
-    output_files: int = 0
-    state_keys: int = 0
-    replayed: int = 0
-    dead_letters: int = 0
-    #: Records skipped as a source's redelivery (:class:`~inorder.processor.Duplicate`).
-    duplicates: int = 0
-    #: Records of keys reset under ``restart_session``, skipped until a new session.
-    ignored: int = 0
-    #: Offsets the tasks skipped as lost while reading (``failOnDataLoss=false``).
-    skipped_lost: int = 0
-    timeouts: int = 0
-    violations_by_rule: dict[str, int] = field(default_factory=dict)
-    violations_by_partition: dict[str, dict[str, int]] = field(default_factory=dict)
-    last_offsets: dict[str, int] = field(default_factory=dict)
-    violations: list[ViolationEvent] = field(default_factory=list)
-    partitions: list[PartitionReport] = field(default_factory=list)
-    processing_time_us: int = 0
-    duration_seconds: float = 0.0
-    #: Where the batch's time went: ``tasks`` and ``commit`` (driver wall seconds), then the
-    #: tasks' own phases summed over partitions (``read``: waiting for Kafka, ``apply``,
-    #: ``write``: encoding and staging output, ``state``: the state delta, ``load``: opening
-    #: state).
-    phase_seconds: dict[str, float] = field(default_factory=dict)
-    #: How the tasks found their topic-partitions' state caches: ``open`` (the worker still
-    #: held it from an earlier batch), then exactly one of ``current`` (at the version
-    #: needed), ``caught_up`` (behind: the missing deltas applied) or ``rebuilt`` (read from
-    #: the checkpoint); and ``moved``: partitions whose task ran in another worker process
-    #: than in this engine's previous batch (Spark places tasks; a moved partition cannot
-    #: find its cache open in its new worker).
-    state_opens: dict[str, int] = field(default_factory=dict)
 
 
 def forget_msgspec_caches(*types: Any) -> None:
@@ -166,9 +110,8 @@ class PartitionBackend:
         self._checked = False
         self._workers: dict[tuple[str, int], str] = {}
         self._epoch = ""
-        #: Called with the batch id right before the sinks commit (the runner's lease check:
-        #: a driver that lost the checkpoint's lease raises there and commits nothing).
-        self.commit_guard: Callable[[int], None] | None = None
+        #: The batch's commit, steps 1-5 (the runner sets its fence and after-commit hooks).
+        self.batch_commit = BatchCommit(sink, dead_letter_sink, integrity)
         #: Where tasks report records applied while they run (the runner's live progress).
         self.progress_to: tuple[str, int] | None = None
         self._types: Any = None
@@ -274,7 +217,9 @@ class PartitionBackend:
         if not self._checked:
             self.check()
         if self.sink.is_committed(batch_id):
-            return BatchReport(batch_id=batch_id, committed=False)
+            report = BatchReport(batch_id=batch_id, committed=False)
+            self.batch_commit.after_commit(report)
+            return report
         results = self.run_tasks(df, batch_id)
         tasks_done = time.perf_counter()
         report = self.commit(batch_id, results)
@@ -282,88 +227,12 @@ class PartitionBackend:
         report.phase_seconds = {
             "tasks": tasks_done - started,
             "commit": report.duration_seconds - (tasks_done - started),
-            **_task_phases(results),
+            **task_phases(results),
         }
-        report.state_opens = _state_opens(results, self._workers)
+        report.state_opens = state_opens(results, self._workers)
+        self.batch_commit.after_commit(report)
         return report
 
     def commit(self, batch_id: int, results: list[TaskResult]) -> BatchReport:
-        """Check the task results; raise on failures, else commit the sinks."""
-        failures = [r.failed for r in results if r.failed is not None]
-        if failures:
-            raise_failure(failures)
-        check_rejections(batch_id, results, self.integrity)
-        report = summarize(batch_id, results)
-        files = [f for r in results for f in r.written_files()]
-        dl_files = [f for r in results for f in r.written_dead_letter_files()]
-        if self.commit_guard is not None:  # the one commit point: fenced here
-            self.commit_guard(batch_id)
-        if self.dead_letter_sink is not None:
-            self.dead_letter_sink.commit(batch_id, dl_files)
-        consumed = [
-            ConsumedOffsets(r.topic, r.partition, r.first_offset, r.last_offset) for r in results
-        ]
-        report.committed = self.sink.commit_consumed(batch_id, files, consumed)
-        report.output_files = len(files)
-        return report
-
-
-#: Task timings summed into :attr:`BatchReport.phase_seconds` (the tasks' own names).
-_TASK_PHASES = ("read", "apply", "write", "state", "load")
-
-
-def _task_phases(results: list[TaskResult]) -> dict[str, float]:
-    return {phase: sum(float(r.timings.get(phase, 0.0)) for r in results) for phase in _TASK_PHASES}
-
-
-def _state_opens(results: list[TaskResult], workers: dict[tuple[str, int], str]) -> dict[str, int]:
-    """Count how tasks found their caches; ``workers`` (partition -> last worker) is updated."""
-    opens = {"open": 0, "current": 0, "caught_up": 0, "rebuilt": 0, "moved": 0}
-    for r in results:
-        last = workers.get((r.topic, r.partition))
-        opens["moved"] += last is not None and last != r.worker
-        workers[(r.topic, r.partition)] = r.worker
-        t = r.timings
-        opens["open"] += bool(t.get("cache_reused"))
-        found = "current" if t.get("cache_hit") else "caught_up" if t.get("caught_up") else None
-        opens[found or "rebuilt"] += 1
-    return opens
-
-
-def summarize(batch_id: int, results: list[TaskResult]) -> BatchReport:
-    """Fold task results into a :class:`BatchReport`."""
-    report = BatchReport(batch_id=batch_id)
-    for r in sorted(results, key=lambda r: (r.topic, r.partition)):
-        counts = r.violation_counts
-        counters = r.counters
-        name = f"{r.topic}[{r.partition}]"
-        report.partitions.append(
-            PartitionReport(
-                r.topic,
-                r.partition,
-                r.first_offset,
-                r.last_offset,
-                r.records,
-                r.output_rows,
-                r.state_keys,
-                dict(counts),
-                dict(counters),
-                dict(r.timings),
-            )
-        )
-        report.records += r.records
-        report.output_rows += r.output_rows
-        report.state_keys += r.state_keys
-        report.replayed += counters.get("replayed", 0)
-        report.dead_letters += counters.get("dead_letters", 0)
-        report.duplicates += counters.get("duplicates", 0)
-        report.ignored += counters.get("ignored", 0)
-        report.skipped_lost += counters.get("skipped_lost", 0)
-        report.timeouts += counters.get("timeouts", 0)
-        report.last_offsets[name] = r.last_offset
-        if counts:
-            report.violations_by_partition[name] = dict(counts)
-        for rule, n in counts.items():
-            report.violations_by_rule[rule] = report.violations_by_rule.get(rule, 0) + n
-        report.violations.extend(r.violations)
-    return report
+        """Check the task results; raise on failures, else commit the sinks (steps 1-4)."""
+        return self.batch_commit.commit(batch_id, results)

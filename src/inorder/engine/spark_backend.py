@@ -31,8 +31,9 @@ from typing import Any
 import pyarrow as pa
 
 from inorder.codecs.base import Codec
+from inorder.engine.batch_report import BatchReport
 from inorder.engine.keygroups import ROUTED_DDL, RouteSpec, route_task
-from inorder.engine.partition import BatchReport, PartitionBackend
+from inorder.engine.partition import PartitionBackend
 from inorder.engine.results import TaskResult, merge_results, result_of
 from inorder.engine.task import INPUT_EXPRS, TaskSpec
 from inorder.errors import ConfigError
@@ -175,10 +176,12 @@ class SparkBackend(PartitionBackend):
             )
         processing_us = max((int(r["processing_us"]) for r in results), default=0)
         if self.sink.is_committed(batch_id):
-            return BatchReport(batch_id=batch_id, committed=False, processing_time_us=processing_us)
-        report = self.commit(batch_id, merge_group_results(results))
+            report = BatchReport(batch_id=batch_id, committed=False)
+        else:
+            report = self.commit(batch_id, merge_group_results(results))
+            report.duration_seconds = time.perf_counter() - started
         report.processing_time_us = processing_us
-        report.duration_seconds = time.perf_counter() - started
+        self.batch_commit.after_commit(report)
         return report
 
 

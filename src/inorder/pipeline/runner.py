@@ -26,6 +26,7 @@ from inorder.checkpoint.layout import CheckpointLayout
 from inorder.checkpoint.lease import DEFAULT_DURATION, CheckpointLease
 from inorder.errors import ConfigError, InorderError
 from inorder.integrity_fit import check_fits
+from inorder.pipeline.after_commit import after_commit_hooks
 from inorder.pipeline.batch_history import BatchHistory
 from inorder.pipeline.failures import explain_exception, explain_failure
 from inorder.pipeline.identity import (
@@ -96,8 +97,6 @@ class PipelineRunner:
             observers.append(BatchHistory(self.layout))
         self._observers = SafeObservers(observers)
         self._backend: Any = None
-        self._materializer: Any = None
-        self._tables: Any = None
         self._log_file: str | None = None
         self._running: tuple[int, float] | None = None
         self._phase: str | None = None  # "tables" while the session tables are written
@@ -185,15 +184,6 @@ class PipelineRunner:
             self._running = (batch_id, time.monotonic())
             try:
                 report = self._backend.run_batch(df, batch_id)
-                self._phase = "tables" if self._materializer or self._tables else None
-                if self._lease is not None and (self._materializer or self._tables):
-                    self._lease.check(batch_id)  # they commit too: fenced likewise
-                if self._materializer is not None:
-                    # After the change log's commit, also on a re-run that commits nothing.
-                    self._materializer.after_commit(batch_id)
-                if self._tables is not None:
-                    done = self._tables.after_commit(batch_id)  # likewise: catches up, once
-                    report.phase_seconds["tables"] = done.seconds
             except BaseException as exc:
                 self._failure = exc
                 self._quiet_spark()
@@ -208,6 +198,9 @@ class PipelineRunner:
                 self._batches_done >= self.stop_after_batches
             ):
                 self._stop.set()
+
+    def _enter_phase(self, phase: str | None) -> None:
+        self._phase = phase
 
     def _quiet_spark(self) -> None:
         # Spark logs the failing query with a JVM stack trace at ERROR level; the runner
@@ -226,7 +219,7 @@ class PipelineRunner:
         duration = given.total_seconds() if given else DEFAULT_DURATION
         with layout.run_lock():
             # The lease refuses a second driver (also on an object store, where there is no
-            # lock) and fences every commit of this one (PartitionBackend.commit_guard).
+            # lock) and fences every commit of this one (BatchCommit.fence).
             self._lease = layout.lease(
                 duration, lambda line: self.reporter.info(f"inorder: {line}")
             )
@@ -297,8 +290,9 @@ class PipelineRunner:
                 "Spark's state store, which inorder cannot seed"
             )
         self._backend = self._make_backend()
+        commit = self._backend.batch_commit
         if self._lease is not None:
-            self._backend.commit_guard = self._lease.check
+            commit.fence = self._lease.check
             guard_sinks(self._sinks(), self._lease)  # their compactor threads commit too
         try:
             self._backend.check()
@@ -306,12 +300,8 @@ class PipelineRunner:
             # Anything found before the first batch is a setup problem: exit code 2.
             raise ConfigError(str(exc)) from None
         seed_if_needed(self._backend, p, seeding)
-        from inorder.sessions.materializer import pipeline_materializer
-
-        self._materializer = pipeline_materializer(p)
-        from inorder.sessions.tables_writer import pipeline_tables
-
-        self._tables = pipeline_tables(p)
+        commit.hooks = after_commit_hooks(p)
+        commit.on_phase = self._enter_phase
         self.reporter.info(f"inorder: starting {p.name!r} on {p.spark_master}, {p.sink.describe()}")
         for note in source_notes:  # after every check: a refused start stays one line
             self.reporter.info(f"inorder: {note}")
