@@ -49,6 +49,26 @@ _CONCURRENT = (
 #: What Spark says when a Python worker process died under a task (killed, out of memory).
 _WORKER_DIED = "Python worker exited unexpectedly"
 
+# -- a Python process that started too slowly -------------------------------------------------
+
+#: What Spark says when a Python process it started (a streaming source's planner, a worker
+#: without the daemon) did not connect back within the 10 s fixed in Spark's code
+#: (``PythonWorkerFactory``). On a busy machine starting Python takes that long; a broken
+#: Python (``PYSPARK_PYTHON`` without pyarrow) says the same, every time.
+_SLOW_START = "Python worker failed to connect back"
+#: The runner's line when it starts the query again after one.
+SLOW_PYTHON_START_NOTE = (
+    "a Python process Spark started did not connect back within Spark's fixed 10 s (a busy "
+    "machine starts Python slowly): starting the query again from its checkpoint, which "
+    "re-runs an unfinished batch with its output written once"
+)
+
+
+def slow_python_start(text: str) -> bool:
+    """Whether a failure's text is Spark giving up on a Python process's start."""
+    return _SLOW_START in text
+
+
 # -- an unwritable location ---------------------------------------------------------------------
 
 #: Errors only a write meets (full, over quota, read-only), by the words every writer uses

@@ -24,16 +24,20 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 # The info file's keys, named where earlier releases imported them from.
 from inorder.checkpoint.info import IDENTITY_FIELD as IDENTITY_FIELD
 from inorder.checkpoint.info import SETTINGS_FIELD as SETTINGS_FIELD
-from inorder.errors import ConfigError
+from inorder.checkpoint.info import CheckpointInfo
+from inorder.errors import ConfigError, InorderError
 from inorder.redaction import MASK, mask_secrets
 from inorder.sinks.evolution import schema_change
+
+if TYPE_CHECKING:
+    from inorder.checkpoint.layout import CheckpointLayout
 
 
 def _unwrap_sink(sink: Any) -> Any:
@@ -225,4 +229,34 @@ def check_identity(
                 "docs/versioned-jobs.md); only adding nullable columns evolves in place"
             )
         notes.append(f"output schema evolved compatibly: {'; '.join(lines)}")
+    return notes
+
+
+def claim_checkpoint(
+    pipeline: Any,
+    layout: CheckpointLayout,
+    settings: RecordedSettings,
+    accept_changes: bool = False,
+) -> list[str]:
+    """Refuse a checkpoint of another pipeline; record this one's identity and settings.
+
+    Returns the notes of :func:`check_identity` (accepted changes, a compatible evolution);
+    an output type that cannot be turned into a schema is left to the backend's check,
+    which names the field.
+    """
+    from inorder.processor import processor_types
+    from inorder.schema import output_schema
+
+    try:
+        schema = output_schema(processor_types(pipeline.processor).out)
+    except (TypeError, InorderError):
+        return []
+    current = PipelineIdentity.of(pipeline, schema)
+    info = layout.info() or CheckpointInfo()
+    recorded = PipelineIdentity.from_json(info.identity) if info.identity else None
+    notes = check_identity(recorded, current, layout.root, accept_changes)
+    replaced = recorded.to_json() if recorded is not None and recorded != current else None
+    layout.write_info(
+        info.with_identity(current.to_json(), settings.to_json(), replaced, settings.recorded_at)
+    )
     return notes

@@ -13,27 +13,25 @@ or re-run by the next start: never half-applied.
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Callable
 from functools import cached_property
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from inorder.checkpoint.info import CheckpointInfo
 from inorder.checkpoint.layout import CheckpointLayout
 from inorder.checkpoint.lease import DEFAULT_DURATION, CheckpointLease
 from inorder.errors import ConfigError, InorderError
 from inorder.integrity_fit import check_fits
 from inorder.pipeline.after_commit import after_commit_hooks
 from inorder.pipeline.batch_history import BatchHistory
-from inorder.pipeline.failures import explain_exception, explain_failure
-from inorder.pipeline.identity import (
-    PipelineIdentity,
-    RecordedSettings,
-    check_identity,
+from inorder.pipeline.failures import (
+    SLOW_PYTHON_START_NOTE,
+    explain_exception,
+    explain_failure,
+    slow_python_start,
 )
+from inorder.pipeline.identity import RecordedSettings, claim_checkpoint
 from inorder.pipeline.live_progress import LiveProgress
 from inorder.pipeline.observer import SafeObservers
 from inorder.pipeline.progress import (
@@ -53,11 +51,17 @@ from inorder.pipeline.spark_progress import (
     progress_dict,
     task_counts,
 )
+from inorder.pipeline.stop_signals import install_stop_signals
 
 if TYPE_CHECKING:
     from inorder.pipeline.spark import EarlySession
     from inorder.pipeline.spec import PipelineSpec
     from inorder.sinks.base import Sink
+
+
+#: Query starts per run: a query that ended only because Spark gave up on a Python process's
+#: start (:func:`~inorder.pipeline.failures.slow_python_start`) is started again.
+QUERY_STARTS = 3
 
 
 class _StopRequested(Exception):
@@ -280,7 +284,9 @@ class PipelineRunner:
         source_notes = p.source.check(self._source_options(), bounded=bounded)
         layout = self.layout
         owner = layout.ensure_owner()
-        self._check_identity(layout)
+        settings = self.settings or RecordedSettings.of("python", None)
+        for note in claim_checkpoint(self.pipeline, layout, settings, self.accept_changes):
+            self.reporter.info(f"inorder: {note}")
         p.sink.bind(owner)
         if p.dead_letter is not None:
             p.dead_letter.bind(owner)
@@ -314,38 +320,23 @@ class PipelineRunner:
         if p.backend == "partition":  # its tasks report records applied while they run
             self._live = LiveProgress.on_driver(self._spark)
             self._backend.progress_to = None if self._live is None else self._live.address
-        extra = self._source_options()
-        df = p.source.load(self._spark, extra_options=extra)
-        if self._reads_in_tasks():
-            from inorder.kafka.options import parse_options
-
-            self._backend.source_options = parse_options({**p.source.to_options(), **extra})
-        prepare = getattr(self._backend, "prepare_stream", None)
-        if prepare is not None:  # e.g. the spark backend's keyed stage (transformWithState)
-            df = prepare(df)
         self._observers.on_start()
-        query = (
-            df.writeStream.foreachBatch(self._on_batch)
-            .option("checkpointLocation", self.layout.spark_dir)
-            .queryName(p.name)
-            .trigger(**trigger)
-            .start()
-        )
         restore = self._install_signal_handlers()
         printed: set[int] = set()
         try:
-            while query.isActive:
+            for start in range(1, QUERY_STARTS + 1):
+                last = start == QUERY_STARTS
                 try:
-                    query.awaitTermination(0.5)
-                except Exception:  # the query failed: _raise_failure reports why
+                    query = self._start_query(trigger)
+                except Exception as exc:  # a planner process (Py4J error) that did not start
+                    if last or not slow_python_start(str(exc)):
+                        raise
+                    self._note_restart(start)
+                    continue
+                self._watch(query, printed, summary)
+                if last or not self._failed_by_slow_python_start(query):
                     break
-                self._report_progress(query, printed, summary)
-                self._report_running()
-                if self._stop.is_set() and query.isActive:
-                    with self._in_batch:
-                        self._quiet_spark()
-                        query.stop()
-                        summary.stopped_because = "stop requested"
+                self._note_restart(start)
         finally:
             restore()
             if self._live is not None:
@@ -372,27 +363,54 @@ class PipelineRunner:
         self.reporter.summary(summary)
         return summary
 
-    def _check_identity(self, layout: CheckpointLayout) -> None:
-        """Refuse a checkpoint of another pipeline; record identity and settings."""
-        from inorder.processor import processor_types
-        from inorder.schema import output_schema
-
+    def _start_query(self, trigger: dict[str, Any]) -> Any:
+        """Load the source and start the streaming query (from the checkpoint, if any)."""
         p = self.pipeline
-        try:
-            schema = output_schema(processor_types(p.processor).out)
-        except (TypeError, InorderError):
-            return  # the backend's check names the problem with the output type
-        current = PipelineIdentity.of(p, schema)
-        info = layout.info() or CheckpointInfo()
-        recorded = PipelineIdentity.from_json(info.identity) if info.identity else None
-        for note in check_identity(recorded, current, layout.root, self.accept_changes):
-            self.reporter.info(f"inorder: {note}")
-        settings = self.settings or RecordedSettings.of("python", None)
-        replaced = recorded.to_json() if recorded is not None and recorded != current else None
-        layout.write_info(
-            info.with_identity(
-                current.to_json(), settings.to_json(), replaced, settings.recorded_at
-            )
+        extra = self._source_options()
+        df = p.source.load(self._spark, extra_options=extra)
+        if self._reads_in_tasks():
+            from inorder.kafka.options import parse_options
+
+            self._backend.source_options = parse_options({**p.source.to_options(), **extra})
+        prepare = getattr(self._backend, "prepare_stream", None)
+        if prepare is not None:  # e.g. the spark backend's keyed stage (transformWithState)
+            df = prepare(df)
+        return (
+            df.writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", self.layout.spark_dir)
+            .queryName(p.name)
+            .trigger(**trigger)
+            .start()
+        )
+
+    def _watch(self, query: Any, printed: set[int], summary: RunSummary) -> None:
+        """Report progress until the query ends (done, failed or stopped on request)."""
+        while query.isActive:
+            try:
+                query.awaitTermination(0.5)
+            except Exception:  # the query failed: _raise_failure reports why
+                break
+            self._report_progress(query, printed, summary)
+            self._report_running()
+            if self._stop.is_set() and query.isActive:
+                with self._in_batch:
+                    self._quiet_spark()
+                    query.stop()
+                    summary.stopped_because = "stop requested"
+
+    def _failed_by_slow_python_start(self, query: Any) -> bool:
+        """Whether the query ended only because a Python process of Spark's started late."""
+        if self._stop.is_set() or isinstance(self._failure, InorderError):
+            return False
+        failure = self._failure if self._failure is not None else query.exception()
+        return failure is not None and slow_python_start(str(failure))
+
+    def _note_restart(self, start: int) -> None:
+        self._failure = None
+        if self._spark is not None:
+            self._spark.sparkContext.setLogLevel("ERROR")  # _quiet_spark turned it off
+        self.reporter.info(
+            f"inorder: {SLOW_PYTHON_START_NOTE} (start {start + 1} of {QUERY_STARTS})"
         )
 
     def _raise_failure(self, query: Any) -> None:
@@ -444,42 +462,11 @@ class PipelineRunner:
         self._stop.set()
 
     def _install_signal_handlers(self) -> Callable[[], None]:
-        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+        if not self.handle_signals:
             return lambda: None
-
-        def request_stop(signum: int, frame: FrameType | None) -> None:
-            if not self._stop.is_set():
-                # Stop first, then say so: a second signal arriving while the note is printed
-                # runs this handler again inside this one, and must find the stop requested.
-                self.stop()
-                self.reporter.info(
-                    f"inorder: {signal.Signals(signum).name} received: stopping after the "
-                    "current batch (again to force)"
-                )
-                return
-            # Say what the forced stop costs, so that the next start's re-run is expected.
-            running = self._running
-            if running is None:
-                lost = "no batch was running: nothing is lost"
-            else:
-                lost = (
-                    f"batch {running[0]} did not finish and will be re-run by the next start "
-                    "(its output is still written once)"
-                )
-            self.reporter.info(f"inorder: forced stop: {lost}")
-            # py4j logs the JVM call this interrupts with a traceback: noise after the line
-            # above. Logging comes back in restore(), for a caller that carries on.
-            logging.disable(logging.CRITICAL)
-            raise KeyboardInterrupt
-
-        import logging
-
-        logging_disabled = logging.root.manager.disable
-        previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            logging.disable(logging_disabled)
-
-        return restore
+        return install_stop_signals(
+            self.stop,
+            self._stop.is_set,
+            lambda: None if self._running is None else self._running[0],
+            self.reporter.info,
+        )
