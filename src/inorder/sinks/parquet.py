@@ -51,8 +51,9 @@ import pyarrow.fs as pafs
 
 from inorder.sinks.base import BatchWriter, ConsumedOffsets, SinkError, WrittenFile
 from inorder.sinks.batch_ids import BatchIds
-from inorder.sinks.commit_log import (  # noqa: F401  (the two caches: tests clear them)
+from inorder.sinks.commit_log import (  # noqa: F401  (the caches: tests clear them)
     _CHECKPOINT_CACHE,
+    _FILES_CACHE,
     _MANIFEST_CACHE,
     CHECKPOINT_SUFFIX,
     COMMITS_DIR,
