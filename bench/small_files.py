@@ -1,8 +1,8 @@
 """Small files: many sites at a short trigger, with and without compaction after each commit.
 
 Run: ``.venv/bin/python bench/small_files.py [--sites 30,300] [--batches 20]
-[--trigger "5 seconds"] [--rate-per-site 1] [--format parquet|delta] [--modes off,on]
-[--write-docs]``
+[--trigger "5 seconds"] [--rate-per-site 1] [--format parquet|delta]
+[--modes off,background,inline] [--write-docs]``
 
 For each site count N and each compaction mode: N topics of one partition each (the
 simulator's session traffic, one topic per site), a few messages first so every topic
@@ -12,10 +12,14 @@ the simulator produces ``--rate-per-site`` x N messages/s in the main thread. On
 ``--batches`` batches have committed after the traffic started, the producer is stopped
 (SIGINT, which the simulator handles by flushing) and so is the query.
 
-``compact`` is a sink constructor option (``ParquetSink``/``DeltaSink(compact=True)``), not
-a pipeline-file key: the bench sets it on the built pipeline's sink. The sink's own
-compaction call is wrapped to time it per batch (the batch's commit runs it on the driver,
-so its time is inside the batch).
+Compaction modes: ``off``; ``background`` (``on`` is the same), the pipeline file's
+``[sink] compact = true``: a Parquet sink merges in its compactor thread beside the stream,
+woken by each commit with the partitions the batch wrote, and the run finishes the pending
+round before it ends; ``inline``: the same merges inside the batch's commit
+(``compact_in_background = False`` on the sink; Delta compacts inline in both modes). The
+sink's compaction call is wrapped to time it, per batch: inline its time is inside the
+batch; in the background the rounds that ended during a batch count for that batch, and
+are not inside its time.
 
 Reported per run, over the measured batches (the first batch after the traffic started is
 a warm-up and not measured):
@@ -26,6 +30,8 @@ a warm-up and not measured):
 - bytes ingested (the batches' files) and bytes written by compaction, their ratio (write
   amplification), and bytes compaction read;
 - median and max batch time (foreachBatch, commit included), median compaction time;
+- compaction rounds over the whole run (the last one finishes after the query stopped):
+  how many, their total and their longest time;
 - p50/p99 produce-to-committed latency: commit time (Parquet: the batch manifest's
   ``.done`` marker; Delta: the commit's timestamp) minus the row's ``kafka_ts``;
 - peak RSS of the driver's Python process (which also runs the producer here) and of its
@@ -66,6 +72,8 @@ class Run:
     """foreachBatch time per committed batch (compaction included)."""
     compact_seconds: dict[int, float] = field(default_factory=dict)
     """Time of the sink's compaction call, per batch."""
+    rounds: list[float] = field(default_factory=list)
+    """Time of every compaction call of the run (the last one after the query stopped)."""
     measured: list[int] = field(default_factory=list)
     """The batch ids measured (after the warm-up batch)."""
     batch_files: dict[int, int] = field(default_factory=dict)
@@ -233,13 +241,13 @@ def _wrap_compaction(fmt: str, timed: Callable[[float], None]) -> Callable[[], N
 
 
 def run_once(
-    bootstrap: str, tmp: str, *, sites: int, compact: bool, fmt: str, args: argparse.Namespace
+    bootstrap: str, tmp: str, *, sites: int, mode: str, fmt: str, args: argparse.Namespace
 ) -> Run:
     """One pipeline run over ``sites`` fresh topics; its measurements."""
     from inorder.assemble import build_pipeline
     from inorder.pipeline.runner import PipelineRunner
 
-    run = Run(sites=sites, mode="on" if compact else "off", fmt=fmt)
+    run = Run(sites=sites, mode=mode, fmt=fmt)
     prefix = f"sf{sites}-{uuid.uuid4().hex[:6]}-"
     work = f"{tmp}/{prefix.rstrip('-')}"
     Path(work).mkdir(parents=True)
@@ -249,19 +257,21 @@ def run_once(
         bootstrap, prefix, work, max_offsets=None, trigger=args.trigger, name="small-files"
     )
     config["sink"]["type"] = fmt
+    config["sink"]["compact"] = mode != "off"
     pipeline = build_pipeline(config)
-    pipeline.sink.compact = compact  # type: ignore[attr-defined]
+    if mode == "inline" and fmt == "parquet":
+        pipeline.sink.compact_in_background = False  # type: ignore[attr-defined]
     runner = PipelineRunner(pipeline, handle_signals=False)
     current: list[int] = [-1]
     traffic_at: list[float] = [0.0]
     producing = threading.Event()
     original = runner._make_backend
-    undo = _wrap_compaction(
-        fmt,
-        lambda s: run.compact_seconds.__setitem__(
-            current[0], run.compact_seconds.get(current[0], 0.0) + s
-        ),
-    )
+
+    def timed_round(seconds: float) -> None:
+        run.rounds.append(seconds)
+        run.compact_seconds[current[0]] = run.compact_seconds.get(current[0], 0.0) + seconds
+
+    undo = _wrap_compaction(fmt, timed_round)
 
     def make_backend() -> Any:
         backend = original()
@@ -339,6 +349,7 @@ def line(r: Run) -> str:
         f"{statistics.mean([r.batch_files[b] for b in m]) if m else 0:.0f} files/batch, "
         f"batch {common.median([r.batch_seconds[b] for b in m]):.2f} s, "
         f"compaction {common.median([r.compact_seconds.get(b, 0.0) for b in m]):.2f} s, "
+        f"{len(r.rounds)} rounds ({sum(r.rounds):.1f} s, max {max(r.rounds, default=0):.1f}), "
         f"live {r.live_files}, disk {r.disk_files}, ingested {r.ingested_bytes / 1e6:.2f} MB, "
         f"compaction wrote {r.compaction_written / 1e6:.2f} MB, "
         f"p50/p99 {_pct(r.latencies, 0.5):.1f}/{_pct(r.latencies, 0.99):.1f} s, "
@@ -380,6 +391,7 @@ def report(runs: list[Run]) -> str:
                 f"{common.median(batch):.2f} / {max(batch):.2f}" if batch else "-",
                 f"{common.median([r.compact_seconds.get(b, 0.0) for b in m]):.2f} / "
                 f"{max((r.compact_seconds.get(b, 0.0) for b in m), default=0.0):.2f}",
+                f"{len(r.rounds)} / {sum(r.rounds):.1f} / {max(r.rounds, default=0.0):.1f}",
                 "-" if added is None else f"{added:+.2f}",
                 f"{_pct(r.latencies, 0.5):.1f} / {_pct(r.latencies, 0.99):.1f}",
                 f"{r.rss_driver / 2**20:.0f} / {r.rss_children / 2**20:.0f}",
@@ -402,12 +414,13 @@ def report(runs: list[Run]) -> str:
             "write ampl.",
             "batch s p50 / max",
             "compaction s p50 / max",
+            "rounds (run): n / total s / max s",
             "batch s added (p50)",
             "latency s p50 / p99",
             "peak RSS MiB driver / JVM+workers",
         ],
         rows,
-        right=(0, *range(3, 18)),
+        right=(0, *range(3, 19)),
     )
 
 
@@ -418,7 +431,9 @@ def main() -> int:
     parser.add_argument("--trigger", default="5 seconds")
     parser.add_argument("--rate-per-site", type=float, default=1.0)
     parser.add_argument("--format", choices=("parquet", "delta"), default="parquet")
-    parser.add_argument("--modes", default="off,on", help="compaction modes: off, on")
+    parser.add_argument(
+        "--modes", default="off,background", help="compaction modes: off, background, inline"
+    )
     parser.add_argument(
         "--trigger-warmup",
         type=float,
@@ -434,9 +449,10 @@ def main() -> int:
     with common.workdir("inorder-small-files-") as tmp, common.broker(tmp) as bootstrap:
         for sites in [int(s) for s in args.sites.split(",")]:
             for mode in args.modes.split(","):
-                r = run_once(
-                    bootstrap, tmp, sites=sites, compact=mode == "on", fmt=args.format, args=args
-                )
+                mode = "background" if mode == "on" else mode
+                if mode not in ("off", "background", "inline"):
+                    raise SystemExit(f"--modes: unknown mode {mode!r}")
+                r = run_once(bootstrap, tmp, sites=sites, mode=mode, fmt=args.format, args=args)
                 runs.append(r)
                 # The table so far after every run: a long run cut short still reports.
                 print(line(r) + "\n\n" + report(runs) + "\n", flush=True)
@@ -447,10 +463,11 @@ def main() -> int:
         f"{load}. The session job on local[2], trigger `{args.trigger}`, "
         f"{args.rate_per_site:g} message/s per site, one topic of one partition per site, "
         f"output partitioned by topic, {args.format} zstd; `compact` is the sink's "
-        "compaction after each commit (target file size 128 MiB). Per run, the first "
+        "compaction after each commit (target file size 128 MiB): `background` in its "
+        "compactor thread, `inline` inside the commit. Per run, the first "
         f"{args.batches} batches after a warm-up batch; write amplification = bytes written "
-        "by compaction / bytes the batches wrote; batch time is foreachBatch (compaction "
-        "included); latency = batch committed (done marker / Delta commit) - Kafka "
+        "by compaction / bytes the batches wrote; batch time is foreachBatch (inline "
+        "compaction included); latency = batch committed (done marker / Delta commit) - Kafka "
         f"timestamp, after {args.trigger_warmup:g} s of traffic.\n\n{table}\n"
     )
     print("\n" + text)

@@ -67,6 +67,7 @@ def fresh_process_view() -> None:
     """Forget cached manifests and checkpoints, as a new process would start."""
     sp._MANIFEST_CACHE.clear()
     sp._CHECKPOINT_CACHE.clear()
+    sp._FILES_CACHE.clear()
 
 
 def meta_files(path: str, options: dict[str, str] | None, directory: str) -> list[str]:

@@ -129,6 +129,12 @@ def test_sink_compaction_keys_reach_the_sink() -> None:
     assert not make_sink(validate(GOOD)["sink"]).compact  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="compaction_fanout must be >= 2"):
         validate(with_("sink", compact=True, compaction_fanout=1))
+    assert sink.compaction_max_merge_bytes == 512 * 1024 * 1024  # type: ignore[attr-defined]
+    bound = validate(with_("sink", compact=True, compaction_max_merge_bytes=256 * 1024 * 1024))
+    assert make_sink(bound["sink"]).compaction_max_merge_bytes == 256 * 1024 * 1024  # type: ignore[attr-defined]
+    small = with_("sink", target_file_size=1000, compaction_max_merge_bytes=999)
+    with pytest.raises(ConfigError, match=r"sink.compaction_max_merge_bytes must be >= sink"):
+        validate(small)
     iceberg = with_("sink", type="iceberg", table="ns.t", compact=True)
     with pytest.raises(ConfigError, match="an Iceberg table is compacted by `inorder compact"):
         validate(iceberg)

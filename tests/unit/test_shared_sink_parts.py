@@ -11,7 +11,7 @@ import pytest
 
 from inorder.checkpoint.layout import CheckpointLayout
 from inorder.errors import InorderError
-from inorder.sinks.compaction import StagedRecord, remove_replaced
+from inorder.sinks.compaction_records import StagedRecord, remove_replaced
 from inorder.sinks.delta import DeltaSink
 from inorder.sinks.parquet import ParquetSink
 from inorder.storage import fs as sfs

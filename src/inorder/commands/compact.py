@@ -28,8 +28,8 @@ duplicated rows.
 _UNITS = {"": 1, "B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
 
 
-def parse_size(text: str) -> int:
-    """``"128MB"`` -> bytes (units B, KB, MB, GB; powers of 1024)."""
+def parse_size(text: str, option: str = "--target-file-size") -> int:
+    """``"128MB"`` -> bytes (units B, KB, MB, GB; powers of 1024); errors name ``option``."""
     raw = text.strip().upper().replace(" ", "").removesuffix("IB").removesuffix("I")
     number = raw.rstrip("KMGB")
     unit = raw[len(number) :]
@@ -38,9 +38,9 @@ def parse_size(text: str) -> int:
     try:
         value = float(number)
     except ValueError:
-        raise ConfigError(f"--target-file-size: cannot read {text!r} (e.g. 128MB)") from None
+        raise ConfigError(f"{option}: cannot read {text!r} (e.g. 128MB)") from None
     if unit not in _UNITS or value <= 0:
-        raise ConfigError(f"--target-file-size: cannot read {text!r} (e.g. 128MB)")
+        raise ConfigError(f"{option}: cannot read {text!r} (e.g. 128MB)")
     return int(value * _UNITS[unit])
 
 
@@ -92,6 +92,11 @@ def register(subparsers: Any) -> None:
         help="Parquet, Iceberg: files of this level are never merged again (default 3)",
     )
     parser.add_argument(
+        "--max-merge-size",
+        help="Parquet, Iceberg: the most input one merge reads (default 512MB, or the target "
+        "file size if larger)",
+    )
+    parser.add_argument(
         "--full",
         action="store_true",
         help="Parquet, Iceberg: merge every non-final file of each partition now, whatever "
@@ -141,6 +146,7 @@ def _run(args: argparse.Namespace, storage: dict[str, str] | None, target: int) 
     from inorder.sinks.compaction import compact_delta, compact_parquet
 
     fmt = args.format if args.format != "auto" else _detect_format(args.path, storage)
+    max_merge = _max_merge_bytes(args, target)
     report: Any
     how: dict[str, Any] = {
         "storage_options": storage,
@@ -159,6 +165,7 @@ def _run(args: argparse.Namespace, storage: dict[str, str] | None, target: int) 
             fanout=args.fanout,
             levels=args.levels,
             full=args.full,
+            max_merge_bytes=max_merge,
             **how,
         )
     if args.json:
@@ -168,6 +175,15 @@ def _run(args: argparse.Namespace, storage: dict[str, str] | None, target: int) 
     else:
         print(f"{args.path} ({fmt}): {report.summary()}")
     return 0
+
+
+def _max_merge_bytes(args: argparse.Namespace, target: int) -> int:
+    """``--max-merge-size`` in bytes; by default the sink's default, or ``target`` if larger."""
+    from inorder.sinks.compaction_levels import DEFAULT_MAX_MERGE_BYTES
+
+    if args.max_merge_size is None:
+        return max(DEFAULT_MAX_MERGE_BYTES, target)
+    return parse_size(args.max_merge_size, "--max-merge-size")
 
 
 def _compact_iceberg(args: argparse.Namespace, storage: dict[str, str] | None, target: int) -> Any:
@@ -188,4 +204,5 @@ def _compact_iceberg(args: argparse.Namespace, storage: dict[str, str] | None, t
         fanout=args.fanout,
         levels=args.levels,
         full=args.full,
+        max_merge_bytes=_max_merge_bytes(args, target),
     )

@@ -190,7 +190,11 @@ def _delete_parquet(
         list_records,
         load_state,
     )
-    from inorder.sinks.compaction import StagedRecord, clean_stale_staging, remove_replaced
+    from inorder.sinks.compaction_records import (
+        StagedRecord,
+        clean_stale_staging,
+        remove_replaced,
+    )
     from inorder.sinks.parquet import ParquetSink
 
     loc = stored(sink).location

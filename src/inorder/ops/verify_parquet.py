@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from inorder.ops.verify_evidence import BatchProof, Evidence, FileProof, Problem
+from inorder.sinks.batch_ids import BatchIds
 from inorder.sinks.commit_log import (
     COMMITS_DIR,
     COMPACTIONS_DIR,
-    BatchIds,
     file_batch_id,
     list_commits,
     list_records,

@@ -273,6 +273,12 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         "compaction_levels": Setting(
             int, 3, "parquet: files of this level are final: each row rewritten at most so often."
         ),
+        "compaction_max_merge_bytes": Setting(
+            int,
+            536870912,
+            "parquet: the most input bytes one merge reads (>= target_file_size); a file of "
+            "half of it or more is final.",
+        ),
         "storage_options": Setting(
             dict,
             {},

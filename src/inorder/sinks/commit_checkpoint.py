@@ -30,11 +30,11 @@ import json
 import time
 from typing import Any
 
+from inorder.sinks.batch_ids import BatchIds
 from inorder.sinks.commit_log import (
     COMMITS_DIR,
     COMPACTIONS_DIR,
     DEFAULT_MANIFEST_RETENTION,
-    BatchIds,
     LiveFile,
     checkpoint_name,
     file_batch_id,

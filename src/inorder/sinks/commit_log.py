@@ -12,18 +12,18 @@ the sink runs after a commit, need nothing from the sink module.
 from __future__ import annotations
 
 import base64
-import bisect
 import json
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any
 
 import pyarrow as pa
 
 from inorder.sinks.base import SinkError
+from inorder.sinks.batch_ids import BatchIds
 from inorder.sinks.proof import fold_ranges
 from inorder.storage import fs as sfs
 
@@ -92,71 +92,6 @@ class LiveFile:
     """When the batch of its oldest rows committed (epoch seconds); ``None`` if unknown."""
 
 
-class BatchIds(Sequence[int]):
-    """Committed batch ids kept as inclusive ranges: a long history costs a few numbers."""
-
-    def __init__(self, ranges: Sequence[Sequence[int]] = ()) -> None:
-        self._ranges: list[list[int]] = []
-        for lo, hi in ranges:
-            self._extend(int(lo), int(hi))
-
-    def _extend(self, lo: int, hi: int) -> None:
-        if self._ranges and lo <= self._ranges[-1][1] + 1:
-            self._ranges[-1][1] = max(self._ranges[-1][1], hi)
-        else:
-            self._ranges.append([lo, hi])
-
-    def append(self, batch_id: int) -> None:
-        """Add ``batch_id`` (ids are added in increasing order)."""
-        self._extend(batch_id, batch_id)
-
-    def ranges(self) -> list[list[int]]:
-        """The ids as ``[first, last]`` inclusive ranges, in order."""
-        return [list(r) for r in self._ranges]
-
-    def __len__(self) -> int:
-        return sum(hi - lo + 1 for lo, hi in self._ranges)
-
-    def __iter__(self) -> Iterator[int]:
-        for lo, hi in self._ranges:
-            yield from range(lo, hi + 1)
-
-    def __contains__(self, value: object) -> bool:
-        if not isinstance(value, int):
-            return False
-        i = bisect.bisect_right([lo for lo, _ in self._ranges], value) - 1
-        return i >= 0 and value <= self._ranges[i][1]
-
-    @overload
-    def __getitem__(self, index: int) -> int: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[int]: ...
-
-    def __getitem__(self, index: int | slice) -> int | list[int]:
-        if isinstance(index, slice):
-            return list(self)[index]
-        if index < 0:
-            index += len(self)
-        if index < 0:
-            raise IndexError(index)
-        for lo, hi in self._ranges:
-            if index <= hi - lo:
-                return lo + index
-            index -= hi - lo + 1
-        raise IndexError(index)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, BatchIds):
-            return self._ranges == other._ranges
-        if isinstance(other, list):
-            return list(self) == other
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return f"BatchIds({self._ranges!r})"
-
-
 @dataclass
 class DatasetState:
     """The committed content of a dataset: live files plus what the manifests say."""
@@ -183,6 +118,9 @@ class DatasetState:
 _MANIFEST_CACHE: dict[tuple[str, str], dict[str, Any]] = {}
 #: The newest commit checkpoint read per dataset: (relative path, parsed document).
 _CHECKPOINT_CACHE: dict[str, tuple[str, dict[str, Any]]] = {}
+#: The live files each manifest, record or checkpoint names, per (dataset, relative path):
+#: every compactor round reads the whole state, and building its entries dominated that.
+_FILES_CACHE: dict[tuple[str, str], dict[str, LiveFile]] = {}
 #: How often :func:`load_state` starts over when metadata it listed was deleted meanwhile
 #: (by a checkpoint's cleanup); each retry sees a newer checkpoint.
 LOAD_ATTEMPTS = 8
@@ -203,6 +141,7 @@ def read_manifest(location: sfs.Location, rel: str) -> dict[str, Any]:
 def forget_manifest(location: sfs.Location, rel: str) -> None:
     """Drop a deleted manifest from the per-process cache."""
     _MANIFEST_CACHE.pop((location.uri, rel), None)
+    _FILES_CACHE.pop((location.uri, rel), None)
 
 
 def checkpoint_name(batch_id: int) -> str:
@@ -326,8 +265,7 @@ def _load_state_once(location: sfs.Location, include_pending_compactions: bool) 
     if base is not None:
         doc = read_checkpoint(location, base)
         offsets = fold_ranges(doc.get("offsets", {}), {})
-        for entry in doc["files"]:
-            files[entry["final"]] = live_file(entry)
+        files.update(_live_files(location, f"{COMMITS_DIR}/{checkpoint_name(base)}", doc))
         batches = BatchIds(doc["batches"])
         floor = int(doc["compaction_seq"])
         if doc.get("schema"):
@@ -348,8 +286,7 @@ def _load_state_once(location: sfs.Location, include_pending_compactions: bool) 
             schema = decode_schema(manifest["schema"])
         partition_by = list(manifest.get("partition_by", partition_by))
         offsets = fold_ranges(offsets, manifest.get("offsets", {}))
-        for entry in manifest["files"]:
-            files[entry["final"]] = live_file(entry, manifest.get("created_at"))
+        files.update(_live_files(location, rel, manifest, manifest.get("created_at")))
     compactions: list[int] = []
     for seq in comp_ids:
         if seq <= floor:
@@ -363,8 +300,7 @@ def _load_state_once(location: sfs.Location, include_pending_compactions: bool) 
         compactions.append(seq)
         for old in manifest["replaces"]:
             files.pop(old, None)
-        for entry in manifest["files"]:
-            files[entry["final"]] = live_file(entry)
+        files.update(_live_files(location, rel, manifest))
     return DatasetState(
         files, batches, compactions, schema, partition_by, pending, base, floor, owner, offsets
     )
@@ -397,6 +333,20 @@ def batch_owner(location: sfs.Location, batch_id: int) -> str | None:
         return None
     owner = doc.get("owner")
     return None if owner is None else str(owner)
+
+
+def _live_files(
+    location: sfs.Location, rel: str, doc: Mapping[str, Any], committed_at: float | None = None
+) -> dict[str, LiveFile]:
+    """The files of an immutable manifest, record or checkpoint ``rel`` (built once)."""
+    key = (location.uri, rel)
+    cached = _FILES_CACHE.get(key)
+    if cached is None:
+        cached = {e["final"]: live_file(e, committed_at) for e in doc["files"]}
+        if len(_FILES_CACHE) > 100_000:
+            _FILES_CACHE.clear()
+        _FILES_CACHE[key] = cached
+    return cached
 
 
 def live_file(entry: Mapping[str, Any], committed_at: float | None = None) -> LiveFile:

@@ -4,7 +4,9 @@ Parquet datasets (the manifest protocol of :mod:`inorder.sinks.parquet`):
 
 1. plan from the committed state by the level rule (:mod:`inorder.sinks.compaction_levels`):
    per partition directory, ``fanout`` non-final files of a level, or fewer once the oldest
-   is older than the level's window, merge into files of the next level;
+   is older than the level's window, merge into files of the next level, each merge reading
+   at most ``max_merge_bytes``; a compactor told which partitions the latest batches
+   touched plans only those (:mod:`inorder.sinks.parquet_compactor`);
 2. write each merge as staged files (split at ``target_file_size``, each recording its
    ``level`` and the ``committed_at`` of its oldest rows) under
    ``_inorder/staging/c<seq>-<id>/`` (``<id>`` unique to this run, so a concurrent
@@ -21,7 +23,8 @@ Parquet datasets (the manifest protocol of :mod:`inorder.sinks.parquet`):
    twice): such readers want ``grace_seconds=0`` (see ``docs/sinks.md``).
 
 Staging directories of compactions and output repairs that were killed before their commit
-point are deleted at the end of the next compaction or repair (:func:`clean_stale_staging`).
+point are deleted at the end of the next compaction or repair
+(:func:`~inorder.sinks.compaction_records.clean_stale_staging`).
 
 Delta tables: ``DeltaTable.optimize.compact`` then ``vacuum`` with a retention period
 (default 7 days, the Delta default).
@@ -29,44 +32,33 @@ Delta tables: ``DeltaTable.optimize.compact`` then ``vacuum`` with a retention p
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
-
-from inorder.errors import InorderError
 from inorder.sinks.base import SinkError
 from inorder.sinks.commit_log import (
     COMPACTIONS_DIR,
     DEFAULT_TARGET_FILE_SIZE,
-    STAGED_SUFFIX,
-    STAGING_DIR,
     LiveFile,
     complete_manifest,
-    is_not_found,
     list_records,
     load_state,
-    manifest_name,
     partition_dir,
-    read_manifest,
 )
 from inorder.sinks.compaction_levels import (
     DEFAULT_FANOUT,
     DEFAULT_LEVELS,
+    DEFAULT_MAX_MERGE_BYTES,
     LevelSettings,
     Merge,
     check_level_settings,
+    check_max_merge_bytes,
     estimate_trigger,
 )
 from inorder.sinks.compaction_merge import merge_pieces, plan_merges
-from inorder.sinks.parquet_writer import ROW_GROUP_BUFFER_BYTES
-from inorder.sinks.proof import add_digests, format_digest, table_digest
+from inorder.sinks.compaction_records import StagedRecord, clean_stale_staging, cleanup_parquet
 from inorder.storage import fs as sfs
 
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -110,38 +102,48 @@ def compact_parquet(
     trigger_seconds: float | None = None,
     now: float | None = None,
     before_commit: Callable[[], None] | None = None,
+    max_merge_bytes: int = DEFAULT_MAX_MERGE_BYTES,
+    partitions: Collection[str] | None = None,
 ) -> CompactionReport:
     """Merge small files of a Parquet dataset written by :class:`ParquetSink` by the level
-    rule (``fanout`` files of a level into one of the next, up to level ``levels``).
+    rule (``fanout`` files of a level into one of the next, up to level ``levels``, each
+    merge reading at most ``max_merge_bytes``).
 
     ``trigger_seconds`` (the interval between batches; default: estimated from the commit
     times in the log) sets the age windows, ``now`` the time they are measured at (default:
     the clock). ``full`` merges every non-final file of each partition, whatever its level
-    and age. A merge's output may complete the next level: planning repeats, one record per
-    round, until nothing is left to merge (at most ``levels`` rounds, a row moving up one
-    level per round); a dry run plans the first round only. ``before_commit`` (a lease
-    check) runs before each merge's commit point: raising there commits nothing.
+    and age. ``partitions`` (partition directories, e.g. ``topic=a``) plans only those, the
+    ones the latest batches touched; ``None`` plans every partition. A merge's output may
+    complete the next level: planning repeats, one record per round, until nothing is left
+    to merge (at most ``levels`` rounds, a row moving up one level per round); a dry run
+    plans the first round only. ``before_commit`` (a lease check) runs before each merge's
+    commit point: raising there commits nothing.
     """
     check_level_settings(fanout, levels)
+    check_max_merge_bytes(max_merge_bytes, target_file_size)
     location = sfs.resolve(path, storage_options)
-    state = load_state(location)
-    if not dry_run:
-        # Finish compactions a crashed compactor left half-done. Pending *batch* manifests
-        # belong to the writer (it may be publishing them right now): never touched here.
-        for rel in state.pending:
-            if rel.startswith(COMPACTIONS_DIR):
-                complete_manifest(location, rel)
     report = CompactionReport(dry_run=dry_run)
     when = time.time() if now is None else now
     floor = -1
     for round_ in range(levels + 1):
         # Planning applies compactions not yet marked done too: their files are taken.
         planning = load_state(location, include_pending_compactions=True)
+        if not dry_run and not round_:
+            # Finish compactions a crashed compactor left half-done (the state above has
+            # them applied already). Pending *batch* manifests belong to the writer (it may
+            # be publishing them right now): never touched here.
+            for rel in planning.pending:
+                if rel.startswith(COMPACTIONS_DIR):
+                    complete_manifest(location, rel)
         floor = planning.compaction_floor
         live = list(planning.files.values())
         trigger = estimate_trigger(live) if trigger_seconds is None else trigger_seconds
-        settings = LevelSettings(target_file_size, fanout, levels, trigger)
-        merges = plan_merges(live, planning.partition_by, settings, when, full and not round_)
+        settings = LevelSettings(
+            target_file_size, fanout, levels, trigger, max_merge_bytes=max_merge_bytes
+        )
+        merges = plan_merges(
+            live, planning.partition_by, settings, when, full and not round_, partitions
+        )
         if not round_:
             report.files_before = report.files_after = len(live)
         report.groups += [[f.path for f in m.files] for m in merges]
@@ -196,256 +198,6 @@ def _rewrite(
             ),
         )
     return n
-
-
-class StagedRecord:
-    """Record ``seq`` of ``_inorder/compactions`` (a compaction or an output repair) in the
-    making: its new files are staged apart, then one manifest created if absent commits them.
-
-    Used around the work that writes the files::
-
-        with StagedRecord(location, "repair", seq, compression) as record:
-            record.stage(table, directory, stem, partition_values)  # per new file
-            record.commit(replaces, taken=InorderError(...))
-
-    Before :meth:`commit` creates ``_inorder/compactions/<seq:020d>.json`` (the commit
-    point), an exception deletes every staged file. Leaving the block after the commit
-    publishes the new files and marks the record done (:func:`complete_manifest`); if that
-    fails, or the block raises after the commit, the staged files stay: the manifest names
-    them and the next compaction or repair finishes the publication.
-    """
-
-    def __init__(
-        self,
-        location: sfs.Location,
-        kind: Literal["compaction", "repair"],
-        seq: int,
-        compression: str,
-    ) -> None:
-        self.location = location
-        self.kind = kind
-        self.seq = seq
-        self.compression = compression
-        self.staging = staging_dir(kind[0], seq)
-        """Relative path of this run's staging directory (``c<seq>-<id>`` or ``r<seq>-<id>``)."""
-        self.rel = f"{COMPACTIONS_DIR}/{manifest_name(seq)}"
-        """Relative path of the manifest."""
-        self.files: list[dict[str, Any]] = []
-        """The manifest's ``files`` entries, one per staged file."""
-        self._committed = False
-
-    def stage(
-        self,
-        table: pa.Table,
-        directory: str,
-        stem: str,
-        partition_values: Mapping[str, str | None],
-        **fields: Any,
-    ) -> None:
-        """Write ``table`` as a staged file to be published as ``<directory>/<stem>.parquet``;
-        ``fields`` go into its manifest entry (a compaction's ``level``, ``committed_at``)."""
-        location = self.location
-        staged = "/".join(p for p in (self.staging, directory, stem + STAGED_SUFFIX) if p)
-        full = location.join(staged)
-        if not location.is_s3:
-            location.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
-        with location.filesystem.open_output_stream(full) as out:
-            pq.write_table(table, out, compression=self.compression)
-        digest = format_digest(table_digest(table))
-        self._add(staged, directory, stem, table.num_rows, partition_values, digest, fields)
-
-    def stage_tables(
-        self,
-        tables: Iterable[pa.Table],
-        schema: pa.Schema,
-        directory: str,
-        stem: str,
-        partition_values: Mapping[str, str | None],
-        **fields: Any,
-    ) -> None:
-        """:meth:`stage` of the rows of ``tables`` (each of ``schema``) as one file, holding
-        at most a row group's worth (:data:`ROW_GROUP_BUFFER_BYTES`) of them in memory."""
-        location = self.location
-        staged = "/".join(p for p in (self.staging, directory, stem + STAGED_SUFFIX) if p)
-        full = location.join(staged)
-        if not location.is_s3:
-            location.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
-        rows = digest = size = 0
-        pending: list[pa.Table] = []
-        with (
-            location.filesystem.open_output_stream(full) as out,
-            pq.ParquetWriter(out, schema, compression=self.compression) as writer,
-        ):
-            for table in tables:
-                rows += table.num_rows
-                digest = add_digests(digest, table_digest(table))
-                pending.append(table)
-                size += table.nbytes
-                if size >= ROW_GROUP_BUFFER_BYTES:
-                    writer.write_table(pa.concat_tables(pending))
-                    pending, size = [], 0
-            if pending:
-                writer.write_table(pa.concat_tables(pending))
-        self._add(staged, directory, stem, rows, partition_values, format_digest(digest), fields)
-
-    def _add(
-        self,
-        staged: str,
-        directory: str,
-        stem: str,
-        rows: int,
-        partition_values: Mapping[str, str | None],
-        digest: str,
-        fields: Mapping[str, Any],
-    ) -> None:
-        """The manifest entry of a file just staged."""
-        self.files.append(
-            {
-                "staged": staged,
-                "final": "/".join(p for p in (directory, stem + ".parquet") if p),
-                "rows": rows,
-                "size_bytes": int(
-                    self.location.filesystem.get_file_info(self.location.join(staged)).size or 0
-                ),
-                "partition_values": partition_values,
-                "digest": digest,
-                **fields,
-            }
-        )
-
-    def commit(self, replaces: list[str], taken: InorderError, **fields: Any) -> str:
-        """Create the manifest (the commit point): the staged files replace ``replaces``.
-
-        ``fields`` are recorded in the manifest too. ``taken`` is raised when another run
-        committed ``seq`` first. Returns the manifest's relative path.
-        """
-        manifest = {
-            "format": 1,
-            "kind": self.kind,
-            "seq": self.seq,
-            "created_at": time.time(),
-            **fields,
-            "replaces": replaces,
-            "files": self.files,
-        }
-        try:
-            sfs.put_if_absent(
-                self.location, self.location.join(self.rel), json.dumps(manifest).encode()
-            )
-        except sfs.AlreadyExists:
-            raise taken from None
-        self._committed = True
-        return self.rel
-
-    def __enter__(self) -> StagedRecord:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        location = self.location
-        staging = location.join(self.staging)
-        if self._committed:
-            if exc_type is None:
-                complete_manifest(location, self.rel)
-                sfs.delete_dir_quietly(location, staging)
-            return
-        _delete_tree(location, staging)
-
-
-def _delete_tree(location: sfs.Location, path: str) -> None:
-    """Delete a staging directory and everything in it (on S3, also keys written meanwhile)."""
-    sfs.delete_dir_quietly(location, path)
-    for leftover in sfs.list_files(location, path, recursive=True):
-        sfs.delete_quietly(location, leftover.path)
-
-
-def remove_replaced(location: sfs.Location, seq: int, replaces: list[str]) -> None:
-    """Delete the files that record ``seq`` replaced, then mark the record cleaned."""
-    for rel in replaces:
-        sfs.delete_quietly(location, location.join(rel))
-    sfs.write_bytes(location, _record_base(location, seq) + ".cleaned", b"{}")
-
-
-def _record_base(location: sfs.Location, seq: int) -> str:
-    """Path of record ``seq``'s manifest without ``.json`` (``.done``/``.cleaned`` follow)."""
-    return location.join(COMPACTIONS_DIR, manifest_name(seq).removesuffix(".json"))
-
-
-def staging_dir(kind: str, seq: int) -> str:
-    """A fresh staging directory for compaction (``kind`` ``c``) or repair (``r``) ``seq``.
-
-    Unique per run: two runs that picked the same ``seq`` stage apart, so the one that
-    loses the create-if-absent deletes only its own files.
-    """
-    return f"{STAGING_DIR}/{kind}{seq}-{uuid.uuid4().hex[:12]}"
-
-
-def _staging_seq(name: str) -> int | None:
-    """``seq`` of a compaction/repair staging directory (``c<seq>[-<id>]``), else ``None``."""
-    if name[:1] not in ("c", "r"):
-        return None
-    digits = name[1:].split("-", 1)[0]
-    return int(digits) if digits.isdigit() else None
-
-
-def clean_stale_staging(location: sfs.Location, floor: int = -1) -> list[str]:
-    """Delete staging directories of compactions and repairs that can no longer commit.
-
-    The directory of a run that picked sequence number ``seq`` is stale once a record of
-    ``seq`` or a later one exists (that run lost the race for ``seq``, or was killed) and no
-    record still being published names a file in it. Runs staging for a ``seq`` above every
-    record (and above ``floor``, the sequence number folded into the newest commit
-    checkpoint) are left alone: they may be writing right now. Returns the deleted
-    directories (relative paths).
-    """
-    comp_ids, done, _ = list_records(location, COMPACTIONS_DIR)
-    newest = max(comp_ids[-1] if comp_ids else -1, floor)
-    needed: set[str] = set()
-    for seq in comp_ids:
-        if seq in done:
-            continue
-        try:
-            manifest = read_manifest(location, f"{COMPACTIONS_DIR}/{manifest_name(seq)}")
-        except OSError as exc:
-            if is_not_found(exc):
-                continue
-            raise
-        for entry in manifest["files"]:
-            parts = str(entry["staged"]).split("/")
-            if len(parts) > 3:
-                needed.add(parts[2])
-    deleted: list[str] = []
-    for info in location.filesystem.get_file_info(
-        pafs.FileSelector(location.join(STAGING_DIR), allow_not_found=True)
-    ):
-        of = _staging_seq(info.base_name)
-        if of is None or of > newest or info.base_name in needed:
-            continue
-        _delete_tree(location, info.path)
-        deleted.append(f"{STAGING_DIR}/{info.base_name}")
-    return deleted
-
-
-def cleanup_parquet(location: sfs.Location, grace_seconds: float) -> list[str]:
-    """Delete files replaced by compactions done more than ``grace_seconds`` ago."""
-    comp_ids, done, cleaned = list_records(location, COMPACTIONS_DIR)
-    deleted: list[str] = []
-    now = time.time()
-    for seq in comp_ids:
-        if seq not in done or seq in cleaned:
-            continue
-        try:
-            marker = sfs.read_bytes(location, _record_base(location, seq) + ".done")
-            done_at = json.loads(marker).get("done_at", 0.0)
-            if now - float(done_at) < grace_seconds:
-                continue
-            manifest = read_manifest(location, f"{COMPACTIONS_DIR}/{manifest_name(seq)}")
-        except OSError as exc:
-            if is_not_found(exc):
-                continue  # cleaned by another compactor, then removed by a commit checkpoint
-            raise
-        remove_replaced(location, seq, manifest["replaces"])
-        deleted.extend(manifest["replaces"])
-    return deleted
 
 
 @dataclass

@@ -9,7 +9,11 @@ writes level ``i + 1``. Per output partition, with fan-in ``k`` (``fanout``) and
 2. **merge by age**: when the oldest non-final file of level ``i`` left after that is older
    than ``W_i = trigger x k^(i+1)`` and at least 2 are left, they are merged anyway, so a
    quiet partition converges to few files instead of waiting forever for ``k``;
-3. **final files** (at least 3/4 of ``target_file_size``, or level ``L``) are never merged.
+3. **final files** (at least 3/4 of ``target_file_size``, or level ``L``) are never merged;
+4. **bounded merges**: a merge reads at most ``max_merge_bytes`` of input. Files a rule
+   takes that do not fit in one merge are cut, oldest first, into several merges (a last
+   file left alone waits), and a file of half the bound or more is final too, so any two
+   non-final files fit in one merge.
 
 Each merge moves every row it touches up one level and level ``L`` is final, so a row is
 rewritten at most ``L`` times, and a partition keeps at most ``L x (k - 1)`` non-final
@@ -34,6 +38,8 @@ from inorder.sinks.base import SinkError
 
 DEFAULT_FANOUT = 9
 DEFAULT_LEVELS = 3
+#: The most input one merge reads, by default (``compaction_max_merge_bytes``).
+DEFAULT_MAX_MERGE_BYTES = 512 * 1024 * 1024
 #: A file at least this share of ``target_file_size`` is final: merging it gains nothing.
 FINAL_FRACTION = 0.75
 
@@ -70,11 +76,14 @@ class LevelSettings:
     trigger_seconds: float | None = None
     """The interval between batches; ``None``: unknown, so only files of unknown age are
     merged by age (see :func:`estimate_trigger`)."""
+    max_merge_bytes: int = DEFAULT_MAX_MERGE_BYTES
+    """The most input bytes one merge reads."""
 
     def __post_init__(self) -> None:
         check_level_settings(self.fanout, self.levels)
         if self.target_file_size <= 0:
             raise SinkError(f"target_file_size must be > 0, not {self.target_file_size}")
+        check_max_merge_bytes(self.max_merge_bytes, self.target_file_size)
 
     def window(self, level: int) -> float | None:
         """``W_level = trigger x k^(level + 1)``: how old the oldest file of ``level`` may
@@ -84,8 +93,11 @@ class LevelSettings:
         return float(self.trigger_seconds * self.fanout ** (level + 1))
 
     def is_final(self, f: Tiered) -> bool:
-        """Whether ``f`` is never merged again (level ``L``, or 3/4 of the target size)."""
-        return f.level >= self.levels or f.size_bytes >= self.target_file_size * FINAL_FRACTION
+        """Whether ``f`` is never merged again (level ``L``, 3/4 of the target size, or half
+        of ``max_merge_bytes``: two such files would not fit in one merge)."""
+        if f.level >= self.levels:
+            return True
+        return f.size_bytes >= min(self.target_file_size * FINAL_FRACTION, self.max_merge_bytes / 2)
 
 
 def check_level_settings(fanout: int, levels: int) -> None:
@@ -94,6 +106,17 @@ def check_level_settings(fanout: int, levels: int) -> None:
         raise SinkError(f"compaction_fanout must be an integer >= 2, not {fanout!r}")
     if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
         raise SinkError(f"compaction_levels must be an integer >= 1, not {levels!r}")
+
+
+def check_max_merge_bytes(max_merge_bytes: int, target_file_size: int) -> None:
+    """:class:`SinkError` naming the setting unless ``max_merge_bytes >= target_file_size``
+    (a smaller bound could never write a file of the target size)."""
+    value = max_merge_bytes
+    if isinstance(value, bool) or not isinstance(value, int) or value < target_file_size:
+        raise SinkError(
+            "compaction_max_merge_bytes must be an integer >= target_file_size "
+            f"({target_file_size}), not {value!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -128,6 +151,24 @@ def _is_old(f: Tiered, window: float | None, now: float) -> bool:
     return window is not None and now - f.committed_at > window
 
 
+def _bounded(files: Sequence[F], limit: int) -> list[tuple[F, ...]]:
+    """``files`` (oldest first) cut into runs of at most ``limit`` bytes each, in order.
+
+    Every non-final file is under half the limit, so every run but the last holds at least
+    two files; a last run of one file is returned too (the caller leaves it waiting).
+    """
+    runs: list[list[F]] = []
+    size = 0
+    for f in files:
+        if runs and size + f.size_bytes <= limit:
+            runs[-1].append(f)
+            size += f.size_bytes
+        else:
+            runs.append([f])
+            size = f.size_bytes
+    return [tuple(run) for run in runs]
+
+
 def plan_partition(files: Sequence[F], now: float, settings: LevelSettings) -> list[Merge[F]]:
     """The merges of one partition's live files (in commit-log order) at time ``now``."""
     by_level: dict[int, list[F]] = {}
@@ -136,27 +177,35 @@ def plan_partition(files: Sequence[F], now: float, settings: LevelSettings) -> l
             by_level.setdefault(max(f.level, 0), []).append(f)
     merges: list[Merge[F]] = []
     k = settings.fanout
+    limit = settings.max_merge_bytes
     for level in sorted(by_level):
         waiting = _oldest_first(by_level[level])
         while len(waiting) >= k:
-            merges.append(Merge(tuple(waiting[:k]), level + 1, "count"))
-            waiting = waiting[k:]
+            runs = _bounded(waiting[:k], limit)
+            left = runs.pop() if len(runs[-1]) < 2 else ()
+            merges.extend(Merge(run, level + 1, "count") for run in runs)
+            waiting = [*left, *waiting[k:]]
         if len(waiting) >= 2 and _is_old(waiting[0], settings.window(level), now):
-            merges.append(Merge(tuple(waiting), level + 1, "age"))
+            for run in _bounded(waiting, limit):
+                if len(run) >= 2:
+                    merges.append(Merge(run, level + 1, "age"))
     return merges
 
 
 def plan_full(files: Sequence[F], settings: LevelSettings) -> list[Merge[F]]:
-    """One merge of every non-final file of the partition (``inorder compact --full``).
+    """Every non-final file of the partition in one merge (``inorder compact --full``), or
+    in as few as ``max_merge_bytes`` allows.
 
-    The output's level is one above its highest input's (at most ``L``): every row still
+    A merge's output level is one above its highest input's (at most ``L``): every row still
     moves up at least one level per rewrite, so the bound of ``L`` rewrites per row holds.
     """
     waiting = _oldest_first(f for f in files if not settings.is_final(f))
-    if len(waiting) < 2:
-        return []
-    top = max(max(f.level, 0) for f in waiting)
-    return [Merge(tuple(waiting), min(top + 1, settings.levels), "full")]
+    merges: list[Merge[F]] = []
+    for run in _bounded(waiting, settings.max_merge_bytes):
+        if len(run) >= 2:
+            top = max(max(f.level, 0) for f in run)
+            merges.append(Merge(run, min(top + 1, settings.levels), "full"))
+    return merges
 
 
 def plan_levels(

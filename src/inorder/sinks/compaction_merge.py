@@ -7,13 +7,13 @@ reads one input file at a time and checks its row count against the manifests;
 :func:`merge_pieces` cuts it into output files of equal row counts, as many as the merge's
 size needs at ``target_file_size``, and keeps files of different schemas apart. The writer
 of each piece
-(:meth:`~inorder.sinks.compaction.StagedRecord.stage_tables`) holds one row group at a time.
+(:meth:`~inorder.sinks.compaction_records.StagedRecord.stage_tables`) holds one row group at a time.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -31,13 +31,28 @@ def plan_merges(
     settings: LevelSettings,
     now: float,
     full: bool = False,
+    partitions: Collection[str] | None = None,
 ) -> list[Merge[LiveFile]]:
     """Pure planning: the level rule (:mod:`inorder.sinks.compaction_levels`) per partition
-    directory; ``full`` merges every non-final file of a partition at once."""
+    directory; ``full`` merges every non-final file of a partition at once.
+
+    ``partitions`` (directories, as :func:`~inorder.sinks.commit_log.partition_dir` names
+    them) plans only those; ``None`` plans every partition.
+    """
+    if partitions is not None:
+        # A published file's name is ``<partition dir>/<name>``: selecting by the name's
+        # directory skips escaping the partition values of every file of the dataset.
+        wanted = set(partitions)
+        files = [f for f in files if file_dir(f.path) in wanted]
     by_partition: dict[str, list[LiveFile]] = {}
     for f in files:
         by_partition.setdefault(partition_dir(partition_by, f.partition_values), []).append(f)
     return plan_levels(by_partition, now, settings, full)
+
+
+def file_dir(path: str) -> str:
+    """The directory of a published file's relative path (``""`` at the dataset's root)."""
+    return path.rpartition("/")[0]
 
 
 class MergeStream:

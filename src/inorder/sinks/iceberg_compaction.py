@@ -42,9 +42,11 @@ from inorder.sinks.base import SinkError
 from inorder.sinks.compaction_levels import (
     DEFAULT_FANOUT,
     DEFAULT_LEVELS,
+    DEFAULT_MAX_MERGE_BYTES,
     LevelSettings,
     Merge,
     check_level_settings,
+    check_max_merge_bytes,
     estimate_trigger,
     output_pieces,
     plan_levels,
@@ -147,12 +149,15 @@ def compact_iceberg(
     levels: int = DEFAULT_LEVELS,
     full: bool = False,
     now: float | None = None,
+    max_merge_bytes: int = DEFAULT_MAX_MERGE_BYTES,
 ) -> IcebergCompactionReport:
-    """Merge the table's small files by the level rule (see the module docstring); ``full``
-    merges every non-final file of each partition in the first round."""
+    """Merge the table's small files by the level rule (see the module docstring), each
+    merge reading at most ``max_merge_bytes``; ``full`` merges every non-final file of each
+    partition in the first round."""
     if target_file_size <= 0:
         raise SinkError("target_file_size must be > 0")
     check_level_settings(fanout, levels)
+    check_max_merge_bytes(max_merge_bytes, target_file_size)
     report = IcebergCompactionReport(sink.table, dry_run=dry_run)
     when = time.time() if now is None else now
     for round_ in range(levels + 1):
@@ -164,7 +169,9 @@ def compact_iceberg(
             report.files_before = len(tasks)
         _check_plain(sink, table, tasks)
         files = tiered_files(table, [t.file for t in tasks])
-        settings = LevelSettings(target_file_size, fanout, levels, estimate_trigger(files))
+        settings = LevelSettings(
+            target_file_size, fanout, levels, estimate_trigger(files), max_merge_bytes
+        )
         merges = plan_iceberg_merges(files, settings, when, full and not round_)
         report.groups += len(merges)
         report.files_replaced += sum(len(m.files) for m in merges)

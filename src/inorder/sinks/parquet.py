@@ -50,8 +50,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from inorder.sinks.base import BatchWriter, ConsumedOffsets, SinkError, WrittenFile
-from inorder.sinks.commit_log import (  # noqa: F401  (the two caches: tests clear them)
+from inorder.sinks.batch_ids import BatchIds
+from inorder.sinks.commit_log import (  # noqa: F401  (the caches: tests clear them)
     _CHECKPOINT_CACHE,
+    _FILES_CACHE,
     _MANIFEST_CACHE,
     CHECKPOINT_SUFFIX,
     COMMITS_DIR,
@@ -64,7 +66,6 @@ from inorder.sinks.commit_log import (  # noqa: F401  (the two caches: tests cle
     META_DIR,
     STAGED_SUFFIX,
     STAGING_DIR,
-    BatchIds,
     CommitListing,
     DatasetState,
     LiveFile,
@@ -88,7 +89,13 @@ from inorder.sinks.commit_log import (  # noqa: F401  (the two caches: tests cle
     read_checkpoint,
     read_manifest,
 )
-from inorder.sinks.compaction_levels import DEFAULT_FANOUT, DEFAULT_LEVELS, check_level_settings
+from inorder.sinks.compaction_levels import (
+    DEFAULT_FANOUT,
+    DEFAULT_LEVELS,
+    DEFAULT_MAX_MERGE_BYTES,
+    check_level_settings,
+    check_max_merge_bytes,
+)
 from inorder.sinks.evolution import schema_change
 from inorder.sinks.file_sink import FileSink
 from inorder.sinks.parquet_compactor import ParquetCompactor
@@ -165,8 +172,10 @@ class ParquetSink(FileSink):
     from ``storage_options`` or the AWS_* environment variables (see :mod:`inorder.storage.fs`).
     With ``compact=True`` the driver merges small files after each commit by the level rule
     (``compaction_fanout`` files of a level into one of the next, up to level
-    ``compaction_levels``: :mod:`inorder.sinks.compaction_levels`), in a thread beside the
-    stream unless ``compact_in_background=False`` (:mod:`inorder.sinks.parquet_compactor`). Every
+    ``compaction_levels``, each merge reading at most ``compaction_max_merge_bytes``:
+    :mod:`inorder.sinks.compaction_levels`), over the partitions the batches touched, in a
+    thread beside the stream unless ``compact_in_background=False``
+    (:mod:`inorder.sinks.parquet_compactor`). Every
     ``checkpoint_interval`` committed batches the driver consolidates the commit log into one
     checkpoint and deletes manifests older than ``manifest_retention`` batches before it (see
     :mod:`inorder.sinks.commit_checkpoint`); ``checkpoint_interval=0`` keeps every manifest.
@@ -186,11 +195,13 @@ class ParquetSink(FileSink):
         compaction_fanout: int = DEFAULT_FANOUT,
         compaction_levels: int = DEFAULT_LEVELS,
         compact_in_background: bool = True,
+        compaction_max_merge_bytes: int = DEFAULT_MAX_MERGE_BYTES,
     ) -> None:
         super().__init__(path, partition_by, compression, storage_options)
         check_level_settings(compaction_fanout, compaction_levels)
         if target_file_size <= 0:
             raise SinkError("target_file_size must be > 0")
+        check_max_merge_bytes(compaction_max_merge_bytes, target_file_size)
         if checkpoint_interval < 0:
             raise SinkError(f"checkpoint_interval must be >= 0, not {checkpoint_interval}")
         if manifest_retention < 1:
@@ -201,6 +212,7 @@ class ParquetSink(FileSink):
         self.compaction_fanout = compaction_fanout
         self.compaction_levels = compaction_levels
         self.compact_in_background = compact_in_background
+        self.compaction_max_merge_bytes = compaction_max_merge_bytes
         self._compactor: ParquetCompactor | None = None
         self.checkpoint_interval = int(checkpoint_interval)
         self.manifest_retention = int(manifest_retention)
@@ -226,6 +238,7 @@ class ParquetSink(FileSink):
                 self.path, self.storage_options, self.target_file_size,
                 self.compaction_grace_seconds, self.compression, self.compaction_fanout,
                 self.compaction_levels, self.compact_in_background,
+                max_merge_bytes=self.compaction_max_merge_bytes,
             )  # fmt: skip
         return self._compactor
 
@@ -409,7 +422,8 @@ class ParquetSink(FileSink):
         if consumed is not None and self._ends is not None:
             self._ends.update({k: v[1] for k, v in manifest["offsets"].items()})
         if self.compact:
-            self.compactor.after_commit()
+            touched = {partition_dir(self.partition_by, f.partition_values) for f in files}
+            self.compactor.after_commit(touched)
         self._maybe_checkpoint(batch_id)
         return True
 
