@@ -136,7 +136,6 @@ def _parquet_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Si
     from inorder.sinks.compaction_levels import (
         DEFAULT_FANOUT,
         DEFAULT_LEVELS,
-        DEFAULT_MAX_MERGE_BYTES,
     )
     from inorder.sinks.parquet import ParquetSink
 
@@ -149,7 +148,7 @@ def _parquet_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Si
         compact=spec.get("compact", False),
         compaction_fanout=spec.get("compaction_fanout", DEFAULT_FANOUT),
         compaction_levels=spec.get("compaction_levels", DEFAULT_LEVELS),
-        compaction_max_merge_bytes=spec.get("compaction_max_merge_bytes", DEFAULT_MAX_MERGE_BYTES),
+        compaction_max_merge_bytes=spec.get("compaction_max_merge_bytes") or None,
     )
 
 

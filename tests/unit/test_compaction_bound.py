@@ -6,6 +6,7 @@ Pure planning, no files (the files are in tests/integration/test_compaction_wake
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -86,3 +87,23 @@ def test_the_bound_is_checked_by_name() -> None:
     with pytest.raises(SinkError, match="compaction_max_merge_bytes"):
         check_max_merge_bytes(True, 1)  # type: ignore[arg-type]
     check_max_merge_bytes(100, 100)
+
+
+def test_a_target_above_the_default_bound_keeps_working_without_the_key(tmp_path: Any) -> None:
+    """Files of earlier releases set ``target_file_size`` alone: the bound follows it."""
+    from inorder.pipeline.config import validate
+    from inorder.sinks.parquet import ParquetSink
+
+    big = 1024 * MIB
+    sink = ParquetSink(str(tmp_path / "out"), target_file_size=big)
+    assert sink.compaction_max_merge_bytes == big
+    assert ParquetSink(str(tmp_path / "o2")).compaction_max_merge_bytes == DEFAULT_MAX_MERGE_BYTES
+    config = validate(
+        {
+            "source": {"topics": ["t"], "bootstrap_servers": "127.0.0.1:1"},
+            "processor": {"type": "sessions"},
+            "sink": {"path": str(tmp_path / "o3"), "target_file_size": big, "compact": True},
+        },
+        origin="test.toml",
+    )
+    assert config["sink"]["compaction_max_merge_bytes"] == 0

@@ -32,7 +32,8 @@ def _check_compaction(sink: dict[str, Any], origin: str) -> None:
         raise ConfigError(f"{origin}: sink.compaction_fanout must be >= 2")
     if sink["compaction_levels"] < 1:
         raise ConfigError(f"{origin}: sink.compaction_levels must be >= 1")
-    if sink["compaction_max_merge_bytes"] < sink["target_file_size"]:
+    bound = sink["compaction_max_merge_bytes"]
+    if bound and bound < sink["target_file_size"]:
         raise ConfigError(
             f"{origin}: sink.compaction_max_merge_bytes must be >= sink.target_file_size "
             f"({sink['target_file_size']}), not {sink['compaction_max_merge_bytes']}"

@@ -275,9 +275,9 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         ),
         "compaction_max_merge_bytes": Setting(
             int,
-            536870912,
-            "parquet: the most input bytes one merge reads (>= target_file_size); a file of "
-            "half of it or more is final.",
+            0,
+            "parquet: the most input bytes one merge reads (>= target_file_size; 0: the "
+            "larger of 512 MiB and target_file_size); a file of half of it or more is final.",
         ),
         "storage_options": Setting(
             dict,

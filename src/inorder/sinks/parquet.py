@@ -172,7 +172,8 @@ class ParquetSink(FileSink):
     from ``storage_options`` or the AWS_* environment variables (see :mod:`inorder.storage.fs`).
     With ``compact=True`` the driver merges small files after each commit by the level rule
     (``compaction_fanout`` files of a level into one of the next, up to level
-    ``compaction_levels``, each merge reading at most ``compaction_max_merge_bytes``:
+    ``compaction_levels``, each merge reading at most ``compaction_max_merge_bytes``, by
+    default the larger of 512 MiB and ``target_file_size``:
     :mod:`inorder.sinks.compaction_levels`), over the partitions the batches touched, in a
     thread beside the stream unless ``compact_in_background=False``
     (:mod:`inorder.sinks.parquet_compactor`). Every
@@ -195,12 +196,14 @@ class ParquetSink(FileSink):
         compaction_fanout: int = DEFAULT_FANOUT,
         compaction_levels: int = DEFAULT_LEVELS,
         compact_in_background: bool = True,
-        compaction_max_merge_bytes: int = DEFAULT_MAX_MERGE_BYTES,
+        compaction_max_merge_bytes: int | None = None,
     ) -> None:
         super().__init__(path, partition_by, compression, storage_options)
         check_level_settings(compaction_fanout, compaction_levels)
         if target_file_size <= 0:
             raise SinkError("target_file_size must be > 0")
+        if compaction_max_merge_bytes is None:  # a target above the default bound keeps working
+            compaction_max_merge_bytes = max(DEFAULT_MAX_MERGE_BYTES, int(target_file_size))
         check_max_merge_bytes(compaction_max_merge_bytes, target_file_size)
         if checkpoint_interval < 0:
             raise SinkError(f"checkpoint_interval must be >= 0, not {checkpoint_interval}")
