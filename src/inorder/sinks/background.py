@@ -4,11 +4,16 @@ The batch commit makes rows readable; merging small files only changes how they 
 later, so it need not hold the next batch up. :class:`BackgroundWork` runs one round of that
 work (``run_round``) in a daemon thread each time it is woken: wake-ups that arrive while a
 round runs coalesce into one more round, so a commit never waits and the rounds never queue
-up. A round's failure is logged and kept (the next wake-up tries again): a compaction that
-lost a race, an object store that is down for a while or a lease found taken (the commit
-check raises before the merge's commit point) costs a round, never a row, because each merge
-commits atomically or not at all. :meth:`BackgroundWork.finish` runs what is pending and
-stops, so a run that ends leaves the output as compacted as the inline mode would.
+up. A round that returns ``True`` did a bounded part of its work and asks for the next
+round at once. Between wake-ups a :class:`Timer` may ask for a round too (work that falls due
+with time, not with commits): the thread waits on its condition with the timer's timeout, so
+:meth:`BackgroundWork.finish` ends the wait at once, never after a sleep. A round's failure
+is logged and kept (the next wake-up tries again): a compaction that lost a race, an object
+store that is down for a while or a lease found taken (the commit check raises before the
+merge's commit point) costs a round, never a row, because each merge commits atomically or
+not at all. :meth:`BackgroundWork.finish` runs what is pending (the rest of a bounded round's
+work included) and stops, so a run that ends leaves the output as compacted as the inline
+mode would.
 """
 
 from __future__ import annotations
@@ -16,18 +21,34 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
 
-class BackgroundWork:
-    """Rounds of ``run_round`` in one daemon thread, woken by :meth:`wake`."""
+class Timer(Protocol):
+    """What wakes the thread between commits."""
 
-    def __init__(self, run_round: Callable[[], object], name: str) -> None:
+    def seconds_to_next(self) -> float | None:
+        """How long to wait for a wake-up before asking :meth:`due` (``None``: no limit)."""
+
+    def due(self) -> bool:
+        """Whether a round is due now (asked when the wait ends without a wake-up)."""
+
+
+class BackgroundWork:
+    """Rounds of ``run_round`` in one daemon thread, woken by :meth:`wake` (and by
+    ``timer``); a round returning ``True`` asks for the next one at once."""
+
+    def __init__(
+        self, run_round: Callable[[], object], name: str, timer: Timer | None = None
+    ) -> None:
         self._run_round = run_round
         self._name = name
+        self._timer = timer
         self._cond = threading.Condition()
         self._pending = False
+        self._ticked = False
         self._stopping = False
         self._thread: threading.Thread | None = None
         #: Rounds finished (failed ones included): what tests and progress wait on.
@@ -46,11 +67,24 @@ class BackgroundWork:
                 self._thread.start()
             self._cond.notify_all()
 
+    def tick(self) -> None:
+        """End the current wait as the timer would (returns at once): the timer is asked
+        whether a round is due. What a timer's timeout does, without waiting for it."""
+        with self._cond:
+            self._ticked = True
+            self._cond.notify_all()
+
     @property
     def finished(self) -> bool:
         """Whether :meth:`finish` was called (a finished one never runs another round)."""
         with self._cond:
             return self._stopping
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread is alive (started and not stopped)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
 
     def wait_rounds(self, count: int, timeout: float) -> bool:
         """Wait until ``count`` rounds have finished; ``False`` on timeout."""
@@ -67,15 +101,27 @@ class BackgroundWork:
             thread.join(timeout)
         return self.last_error
 
+    def _idle(self) -> None:
+        """Wait (holding the condition) until a round is pending or the work stops."""
+        while not (self._pending or self._stopping):
+            if not self._ticked:
+                timeout = None if self._timer is None else self._timer.seconds_to_next()
+                if self._cond.wait(timeout) and not self._ticked:
+                    continue  # woken: pending or stopping, checked above
+            self._ticked = False
+            if self._timer is not None and self._timer.due():
+                self._pending = True
+
     def _loop(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._pending or self._stopping)
+                self._idle()
                 if not self._pending:
                     return  # stopping, nothing left to do
                 self._pending = False
+            more = False
             try:
-                self._run_round()
+                more = self._run_round() is True
                 error = None
             except Exception as exc:  # kept and logged: the stream goes on
                 error = f"{type(exc).__name__}: {exc}".splitlines()[0]
@@ -85,7 +131,8 @@ class BackgroundWork:
             with self._cond:
                 self.last_error = error
                 self.rounds += 1
+                self._pending = self._pending or more
                 self._cond.notify_all()
 
 
-__all__ = ["BackgroundWork"]
+__all__ = ["BackgroundWork", "Timer"]

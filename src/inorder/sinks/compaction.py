@@ -57,7 +57,7 @@ from inorder.sinks.compaction_levels import (
     check_max_merge_bytes,
     estimate_trigger,
 )
-from inorder.sinks.compaction_merge import merge_pieces, plan_merges
+from inorder.sinks.compaction_merge import due_by_age, file_dir, merge_pieces, plan_merges
 from inorder.sinks.compaction_records import StagedRecord, clean_stale_staging, cleanup_parquet
 from inorder.storage import fs as sfs
 
@@ -78,6 +78,10 @@ class CompactionReport:
     """Obsolete files removed by cleanup."""
     dry_run: bool = False
     seq: int | None = None
+    left: list[str] = field(default_factory=list)
+    """Partition directories whose due merges the round's bound left for the next round."""
+    due: dict[str, float] = field(default_factory=dict)
+    """Per planned partition with a merge by age ahead, when it falls due (epoch seconds)."""
 
     def summary(self) -> str:
         """One line for humans."""
@@ -86,6 +90,7 @@ class CompactionReport:
             f"{verb} {sum(len(g) for g in self.groups)} files into {len(self.groups)} "
             f"({self.bytes_rewritten / 1e6:.1f} MB); files {self.files_before} -> "
             f"{self.files_after}; deleted {len(self.deleted)} obsolete files"
+            + (f"; {len(self.left)} partitions left for the next round" if self.left else "")
         )
 
 
@@ -104,6 +109,8 @@ def compact_parquet(
     before_commit: Callable[[], None] | None = None,
     max_merge_bytes: int = DEFAULT_MAX_MERGE_BYTES,
     partitions: Collection[str] | None = None,
+    max_round_merges: int | None = None,
+    max_round_bytes: int | None = None,
 ) -> CompactionReport:
     """Merge small files of a Parquet dataset written by :class:`ParquetSink` by the level
     rule (``fanout`` files of a level into one of the next, up to level ``levels``, each
@@ -118,9 +125,15 @@ def compact_parquet(
     to merge (at most ``levels`` rounds, a row moving up one level per round); a dry run
     plans the first round only. ``before_commit`` (a lease check) runs before each merge's
     commit point: raising there commits nothing.
+
+    ``max_round_merges`` and ``max_round_bytes`` bound the call: it commits at most that many
+    merges reading at most that many bytes in all (at least one merge, however large), and
+    names the partitions it left due merges in (``report.left``) for the next call; ``None``:
+    no bound.
     """
     check_level_settings(fanout, levels)
     check_max_merge_bytes(max_merge_bytes, target_file_size)
+    budget = RoundBudget(max_round_merges, max_round_bytes)
     location = sfs.resolve(path, storage_options)
     report = CompactionReport(dry_run=dry_run)
     when = time.time() if now is None else now
@@ -146,13 +159,26 @@ def compact_parquet(
         )
         if not round_:
             report.files_before = report.files_after = len(live)
-        report.groups += [[f.path for f in m.files] for m in merges]
-        report.bytes_rewritten += sum(m.size_bytes for m in merges)
         if dry_run:
+            report.groups += [[f.path for f in m.files] for m in merges]
+            report.bytes_rewritten += sum(m.size_bytes for m in merges)
             report.files_after -= sum(len(m.files) - 1 for m in merges)
             return report
         if not merges:
+            report.due = due_by_age(live, planning.partition_by, settings, partitions)
             break
+        taken = budget.take(merges)
+        if len(taken) < len(merges):
+            # Every partition of this planning: those whose merges wait, and those whose
+            # merges' outputs may complete the next level (planned again by the next call).
+            report.left = sorted({file_dir(m.files[0].path) for m in merges})
+            due = due_by_age(live, planning.partition_by, settings, partitions)
+            report.due = {p: t for p, t in due.items() if p not in report.left}
+            if not taken:
+                break
+        merges = taken
+        report.groups += [[f.path for f in m.files] for m in merges]
+        report.bytes_rewritten += sum(m.size_bytes for m in merges)
         comp_ids, _, _ = list_records(location, COMPACTIONS_DIR)
         # Records folded into a commit checkpoint may be deleted (never the newest one);
         # the checkpoint's sequence number is a floor all the same.
@@ -162,9 +188,45 @@ def compact_parquet(
             location, planning.partition_by, merges, seq, compression, settings, before_commit
         )
         report.files_after += written - sum(len(m.files) for m in merges)
+        if report.left:
+            break
     clean_stale_staging(location, floor)
     report.deleted = cleanup_parquet(location, grace_seconds)
     return report
+
+
+@dataclass
+class RoundBudget:
+    """What one bounded call of :func:`compact_parquet` may still merge."""
+
+    merges: int | None
+    size_bytes: int | None
+    _taken: int = 0
+
+    def __post_init__(self) -> None:
+        for name, value in (("merges", self.merges), ("bytes", self.size_bytes)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise SinkError(f"max_round_{name} must be an integer >= 1, not {value!r}")
+
+    def take(self, merges: list[Merge[LiveFile]]) -> list[Merge[LiveFile]]:
+        """The first of ``merges`` that fit in what is left (at least one, if nothing was
+        taken yet: a merge larger than the bound still moves on, alone)."""
+        taken: list[Merge[LiveFile]] = []
+        for merge in merges:
+            fits = (self.merges is None or self.merges >= 1) and (
+                self.size_bytes is None or merge.size_bytes <= self.size_bytes
+            )
+            if not fits and self._taken:
+                break
+            taken.append(merge)
+            self._taken += 1
+            if self.merges is not None:
+                self.merges -= 1
+            if self.size_bytes is not None:
+                self.size_bytes = max(0, self.size_bytes - merge.size_bytes)
+        return taken
 
 
 def _rewrite(

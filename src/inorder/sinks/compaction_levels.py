@@ -192,6 +192,31 @@ def plan_partition(files: Sequence[F], now: float, settings: LevelSettings) -> l
     return merges
 
 
+def age_due(files: Sequence[F], settings: LevelSettings) -> float | None:
+    """When the age rule next merges in a partition whose due merges are done: the earliest
+    ``committed_at + W_i`` over the levels holding at least 2 non-final files (``-inf``: a
+    file of unknown age, due now); ``None`` when no level will be merged by age without a
+    new file (so a compactor's timer need not wake for this partition)."""
+    by_level: dict[int, list[F]] = {}
+    for f in files:
+        if not settings.is_final(f):
+            by_level.setdefault(max(f.level, 0), []).append(f)
+    due: float | None = None
+    for level, waiting in by_level.items():
+        if len(waiting) < 2:
+            continue
+        times = [f.committed_at for f in waiting]
+        window = settings.window(level)
+        if None in times:
+            when = -math.inf
+        elif window is None:
+            continue
+        else:
+            when = min(t for t in times if t is not None) + window
+        due = when if due is None else min(due, when)
+    return due
+
+
 def plan_full(files: Sequence[F], settings: LevelSettings) -> list[Merge[F]]:
     """Every non-final file of the partition in one merge (``inorder compact --full``), or
     in as few as ``max_merge_bytes`` allows.

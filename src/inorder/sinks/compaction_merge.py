@@ -21,7 +21,13 @@ import pyarrow.parquet as pq
 
 from inorder.sinks.base import SinkError
 from inorder.sinks.commit_log import LiveFile, partition_dir
-from inorder.sinks.compaction_levels import LevelSettings, Merge, output_pieces, plan_levels
+from inorder.sinks.compaction_levels import (
+    LevelSettings,
+    Merge,
+    age_due,
+    output_pieces,
+    plan_levels,
+)
 from inorder.storage import fs as sfs
 
 
@@ -39,6 +45,14 @@ def plan_merges(
     ``partitions`` (directories, as :func:`~inorder.sinks.commit_log.partition_dir` names
     them) plans only those; ``None`` plans every partition.
     """
+    return plan_levels(partition_files(files, partition_by, partitions), now, settings, full)
+
+
+def partition_files(
+    files: list[LiveFile], partition_by: list[str], partitions: Collection[str] | None = None
+) -> dict[str, list[LiveFile]]:
+    """The live files per partition directory, in commit-log order (only ``partitions``,
+    unless ``None``)."""
     if partitions is not None:
         # A published file's name is ``<partition dir>/<name>``: selecting by the name's
         # directory skips escaping the partition values of every file of the dataset.
@@ -47,7 +61,23 @@ def plan_merges(
     by_partition: dict[str, list[LiveFile]] = {}
     for f in files:
         by_partition.setdefault(partition_dir(partition_by, f.partition_values), []).append(f)
-    return plan_levels(by_partition, now, settings, full)
+    return by_partition
+
+
+def due_by_age(
+    files: list[LiveFile],
+    partition_by: list[str],
+    settings: LevelSettings,
+    partitions: Collection[str] | None = None,
+) -> dict[str, float]:
+    """Per partition directory with a merge by age ahead, when it falls due
+    (:func:`~inorder.sinks.compaction_levels.age_due`)."""
+    due: dict[str, float] = {}
+    for pdir, live in partition_files(files, partition_by, partitions).items():
+        when = age_due(live, settings)
+        if when is not None:
+            due[pdir] = when
+    return due
 
 
 def file_dir(path: str) -> str:
