@@ -81,7 +81,8 @@ def only_topic(job: Job, topic: str) -> Job:
 def test_broker_down_30_s_mid_batch(
     own_broker: OwnBroker, tmp_path: Path, matrix: MatrixRecorder
 ) -> None:
-    job = make_job(own_broker.bootstrap_servers, tmp_path, prefix="bd-", seed=21)
+    # Three batches: the outage meets batch 1's held task, batch 2 is read after it.
+    job = make_job(own_broker.bootstrap_servers, tmp_path, prefix="bd-", seed=21, messages=1500)
     job.arm()
     run = DriverRun(job.toml)
     wait_for_marker(job, run)

@@ -343,7 +343,8 @@ def record_and_assert(matrix: MatrixRecorder, ok: bool, check: str, **row: Any) 
 def test_driver_kill_9_at_random_moments(
     own_broker: OwnBroker, tmp_path: Path, matrix: MatrixRecorder
 ) -> None:
-    job = make_job(own_broker.bootstrap_servers, tmp_path, seed=11, messages=6000, max_offsets=300)
+    # 15 batches: three kills, each 1 to 3 commits after the last, land well before the end.
+    job = make_job(own_broker.bootstrap_servers, tmp_path, seed=11, messages=4500, max_offsets=300)
     rng = random.Random(11)
     kills, seen = 0, 0
     for _ in range(3):
@@ -402,7 +403,8 @@ def test_executor_kill_on_local_cluster(
 ) -> None:
     conf = {"spark.executorEnv.PYTHONPATH": str(ROOT), "spark.task.maxFailures": "4"}
     cluster = {"master": LOCAL_CLUSTER_MASTER, "conf": conf}
-    job = make_job(own_broker.bootstrap_servers, tmp_path, seed=13, spark=cluster)
+    # Three batches: the kill lands in batch 1's held task, batch 2 runs after the loss.
+    job = make_job(own_broker.bootstrap_servers, tmp_path, seed=13, messages=1500, spark=cluster)
     job.arm()
     run = DriverRun(job.toml)
     marker = wait_for_marker(job, run)
@@ -480,9 +482,10 @@ def test_crash_loop_within_one_batch(
     kills = 0
     # Sized by what it proves, not by time: the first kill leaves an attempt's residue (staged
     # files, state files named by the attempt, a held lease, cache slots of dead workers); the
-    # second attempt must take over beside it; the third and fourth, beside the residue of
-    # several dead attempts at once. More kills repeat those cases (11 before: 2.6 minutes).
-    for _ in range(4):
+    # second attempt must take over beside it; the third, and the run that finishes, beside
+    # the residue of several dead attempts at once. More kills repeat those cases (11 before:
+    # 2.6 minutes; 4 before: 1 minute).
+    for _ in range(3):
         run = DriverRun(job.toml)
         # Kill -9 right after batch 1 starts (a task of it holds for HOLD seconds).
         count = sum(m.batch_id == 1 for m in markers(job.marker_dir))

@@ -156,10 +156,14 @@ def make_job(
     sink: dict[str, Any] | None = None,
     processor: dict[str, Any] | None = None,
 ) -> Job:
-    """Two sites of two partitions each, 300 records a batch (about ten batches)."""
+    """Two sites of two partitions each, 300 records a batch (about five batches).
+
+    Every fault lands in the first batch, at a batch's commit or in batch ``FULL_AT``; the
+    batches after it show the run (or the next one) going on from there.
+    """
     simulation = two_partition_simulation(
         prefix, seed, sites=2, faulty=0.2, sessions_per_site=8, rows_per_snapshot=5,
-        messages=3000, restart_every=120,
+        messages=1500, restart_every=120,
     )  # fmt: skip
     result = simulate(simulation, bootstrap)
     sink = sink or {"path": str(work / "output"), "partition_by": ["topic"]}

@@ -205,7 +205,8 @@ def test_seam_exact_under_kill_9(kafka: Any, spark: Any, tmp_path: Path) -> None
     rng = random.Random(7)
     archive = str(tmp_path / "archive")
     common = ["--bootstrap", bootstrap, "--topic", topic, "--archive", archive]
-    _kill_runs(["archive", *common, "--checkpoint", str(tmp_path / "archive-ckpt")], 2, rng)
+    # One kill of the archiver: its restart resumes beside the killed attempt's residue.
+    _kill_runs(["archive", *common, "--checkpoint", str(tmp_path / "archive-ckpt")], 1, rng)
     original = _kafka_records(bootstrap, topic, 2)
     archived = read_committed(archive)
     keys = Counter(
@@ -219,7 +220,8 @@ def test_seam_exact_under_kill_9(kafka: Any, spark: Any, tmp_path: Path) -> None
     assert set(keys) == {(tp.partition, r[0]) for tp, rs in original.items() for r in rs}
 
     job.produce(bootstrap, topic, 300, partitions=2, first=1200)
-    _counter_run(bootstrap, topic, tmp_path, "full", max_offsets=70)
+    # The reference: per-partition state makes its output independent of the batch size.
+    _counter_run(bootstrap, topic, tmp_path, "full", max_offsets=500)
     coverage = load_coverage(archive)
     ends = {p: coverage.of(TopicPartition(topic, p)).end for p in range(2)}  # type: ignore[union-attr]
     _delete_records(bootstrap, topic, {0: ends[0] - 100, 1: ends[1]})

@@ -220,13 +220,6 @@ def _run_until_done(
     return events, restarts, first_stderr
 
 
-def _after(seconds: float, action: Callable[[], None]) -> None:
-    """Run ``action`` a little later, off the progress-reading thread: inside the next batch."""
-    timer = threading.Timer(seconds, action)
-    timer.daemon = True
-    timer.start()
-
-
 #: What the driver logs (at ERROR, the level the runner leaves on) when it loses an executor.
 LOST_EXECUTOR = re.compile(r"Lost executor \d+", re.I)
 
@@ -362,7 +355,14 @@ def test_local_cluster_executor_killed_mid_run_output_exact(
     kafka: Any, s3: Any, tmp_path: Path
 ) -> None:
     truth, sink, toml = _simulated_pipeline(
-        kafka, s3, tmp_path, "lc", seed=21, master=LOCAL_CLUSTER_MASTER, executor_env=False
+        kafka,
+        s3,
+        tmp_path,
+        "lc",
+        seed=21,
+        master=LOCAL_CLUSTER_MASTER,
+        messages=1500,
+        executor_env=False,
     )
     killed: list[int] = []
 
@@ -373,8 +373,10 @@ def test_local_cluster_executor_killed_mid_run_output_exact(
             killed.append(ours[0])
 
     def after_first_batch(batch_id: int) -> None:
+        # Placed by the batch, not by seconds: the later batches (700 records each) run
+        # after the loss however fast they are on this machine.
         if batch_id == 0:
-            _after(1.0, kill_one_executor)
+            kill_one_executor()
 
     argv = [sys.executable, "-m", "inorder.cli", "run", str(toml)]
     events, restarts, stderr = _run_until_done(argv, _driver_env(s3), tmp_path, after_first_batch)
@@ -405,15 +407,19 @@ def test_standalone_worker_killed_mid_run_output_exact(
     tmp_path: Path,
 ) -> None:
     # The pipeline's master is replaced by --master.
-    truth, sink, toml = _simulated_pipeline(kafka, s3, tmp_path, "sa", seed=22, master="local[1]")
+    truth, sink, toml = _simulated_pipeline(
+        kafka, s3, tmp_path, "sa", seed=22, master="local[1]", messages=1500
+    )
     killed: list[int] = []
 
     def kill_worker() -> None:
         killed.append(standalone_cluster.kill_worker(0))
 
     def after_first_batch(batch_id: int) -> None:
+        # Placed by the batch, not by seconds: the later batches (700 records each) run
+        # after the loss however fast they are on this machine.
         if batch_id == 0:
-            _after(1.0, kill_worker)
+            kill_worker()
 
     argv = [sys.executable, "-m", "inorder.cli", "run", str(toml), "--master", spark_standalone]
     try:
