@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from inorder.commands.common import (
@@ -74,6 +75,12 @@ def register(subparsers: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     """Run the validation; exit 1 on any discrepancy, 3 when only the policy set records
     aside (the output matches its recomputation, but holds nothing for them)."""
+    # This process is validate's own: Arrow's default allocator (mimalloc) kept what the
+    # reader threads had freed, and the resident memory grew partition after partition while
+    # Arrow held under 30 MB (see docs/benchmarks.md); the C library's allocator gives it
+    # back. Arrow's C++ readers take the pool the variable names when they first allocate
+    # (pyarrow.set_memory_pool does not reach them), hence before anything imports pyarrow.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     from inorder.ops.cliutil import parse_time_ms
     from inorder.ops.validate import validate
     from inorder.ops.validate_progress import ProgressLine

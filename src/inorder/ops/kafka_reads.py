@@ -9,7 +9,9 @@ tools need nothing of ``archive/``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
+import gc
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -42,7 +44,7 @@ def record_tuples(batch: pa.RecordBatch) -> list[RecordTuple]:
 
 def read_chunks(
     options: SourceOptions, tp: TopicPartition, start: int, end: int
-) -> Iterator[list[RecordTuple]]:
+) -> Generator[list[RecordTuple], None, None]:
     """Records of ``tp`` with offsets in ``[start, end)``, in offset order, chunk by chunk."""
     if start >= end:
         return
@@ -74,3 +76,58 @@ def offsets_for_time(
 ) -> dict[TopicPartition, int | None]:
     """Per partition, the first offset whose timestamp is at or after ``epoch_ms``."""
     return _admin(options).offsets_for_times(dict.fromkeys(tps, epoch_ms))
+
+
+class SegmentedRead:
+    """One read of ``tp`` over ``[start, end)``, handed out a segment at a time.
+
+    A recomputation applies a partition batch by batch; a new consumer per batch would make
+    the broker send (and the client decode) everything from that batch's start again, and
+    a broker that ignores the fetch limits answers each of those fetches with the rest of
+    the partition. One consumer reads the whole range once; :meth:`upto` cuts its chunks at
+    each batch's end.
+    """
+
+    def __init__(self, options: SourceOptions, tp: TopicPartition, start: int, end: int) -> None:
+        self._chunks = read_chunks(options, tp, start, end)
+        self._held: list[RecordTuple] = []
+        # The read pauses the cyclic GC while it lasts (see inorder.kafka.fetch), now a whole
+        # partition instead of one batch: a young-generation pass per chunk frees the cyclic
+        # garbage the caller's work makes meanwhile, so memory does not grow with the range.
+        self._collect = gc.isenabled()
+
+    def upto(self, start: int, end: int) -> Iterator[list[RecordTuple]]:
+        """The records with ``start <= offset < end`` not handed out yet, in chunks.
+
+        Records below ``start`` (a gap between two segments) are dropped; the first record
+        at or past ``end`` is kept for the next call.
+        """
+        while True:
+            chunk: list[RecordTuple] | None = self._held
+            if not chunk:
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    return
+                if self._collect:
+                    gc.collect(0)
+            self._held = []
+            if chunk[0][0] < start:
+                chunk = [r for r in chunk if r[0] >= start]
+                if not chunk:
+                    continue
+            if chunk[-1][0] < end:
+                yield chunk
+                continue
+            cut = bisect.bisect_left(chunk, end, key=_offset)
+            self._held = chunk[cut:]
+            if cut:
+                yield chunk[:cut]
+            return
+
+    def close(self) -> None:
+        """Stop the read (closes its consumer)."""
+        self._chunks.close()
+
+
+def _offset(record: RecordTuple) -> int:
+    return record[0]

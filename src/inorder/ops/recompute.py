@@ -24,7 +24,7 @@ from inorder.engine.apply import OrderedApplier
 from inorder.engine.reference import DictStateView
 from inorder.engine.violations import ViolationEvent
 from inorder.ops.batchlog import BatchLog, Segment
-from inorder.ops.kafka_reads import read_chunks
+from inorder.ops.kafka_reads import SegmentedRead
 from inorder.ops.target import OpsTarget
 from inorder.records import TopicPartition
 from inorder.state.entry import KeyEntry, PartitionMeta
@@ -149,54 +149,60 @@ class PartitionRecompute:
             chunk_start, pending, late, in_chunk = end, [], [], 0
             return chunk
 
-        for seg in segments:
-            if self.failed is not None:
-                break
-            processing = seg.processing_time_us or 0
-            applier = OrderedApplier(
-                target.processor,
-                target.codec,
-                target.integrity,
-                DictStateView(self.entries),
-                self.tp.topic,
-                self.tp.partition,
-                max(seg.batch_id, 0),
-                processing,
-                PartitionMeta(self.meta.last_offset, self.meta.max_event_us),
-                max_events=1000,
-            )
-            start = max(cursor, seg.start if seg.start is not None else cursor)
-            for records in read_chunks(target.source_options, self.tp, start, seg.end):
-                applier.apply(records)
-                in_chunk += len(records)
-                self.records += len(records)
+        # One consumer for the whole partition: the batches' ranges are cut from its read.
+        read_to = max((s.end for s in segments), default=first_start)
+        reader = SegmentedRead(target.source_options, self.tp, first_start, read_to)
+        try:
+            for seg in segments:
+                if self.failed is not None:
+                    break
+                processing = seg.processing_time_us or 0
+                applier = OrderedApplier(
+                    target.processor,
+                    target.codec,
+                    target.integrity,
+                    DictStateView(self.entries),
+                    self.tp.topic,
+                    self.tp.partition,
+                    max(seg.batch_id, 0),
+                    processing,
+                    PartitionMeta(self.meta.last_offset, self.meta.max_event_us),
+                    max_events=1000,
+                )
+                start = max(cursor, seg.start if seg.start is not None else cursor)
+                for records in reader.upto(start, seg.end):
+                    applier.apply(records)
+                    in_chunk += len(records)
+                    self.records += len(records)
+                    table, lt = self._split(applier, seg.batch_id, chunk_start)
+                    if table is not None:
+                        pending.append(table)
+                    if lt is not None:
+                        late.append(lt)
+                    if applier.failed is not None:
+                        break
+                    if in_chunk >= self.chunk_records:
+                        yield flush(int(records[-1][0]) + 1)
+                if applier.failed is None:
+                    applier.finish()
                 table, lt = self._split(applier, seg.batch_id, chunk_start)
                 if table is not None:
                     pending.append(table)
                 if lt is not None:
                     late.append(lt)
+                for rule, n in applier.violation_counts.items():
+                    self.violation_counts[rule] = self.violation_counts.get(rule, 0) + n
+                self.ignored += applier.counters["ignored"]
                 if applier.failed is not None:
+                    self.failed = applier.failed
                     break
-                if in_chunk >= self.chunk_records:
-                    yield flush(int(records[-1][0]) + 1)
-            if applier.failed is None:
-                applier.finish()
-            table, lt = self._split(applier, seg.batch_id, chunk_start)
-            if table is not None:
-                pending.append(table)
-            if lt is not None:
-                late.append(lt)
-            for rule, n in applier.violation_counts.items():
-                self.violation_counts[rule] = self.violation_counts.get(rule, 0) + n
-            self.ignored += applier.counters["ignored"]
-            if applier.failed is not None:
-                self.failed = applier.failed
-                break
-            for key, entry in applier.changes().items():
-                if entry is None:
-                    self.entries.pop(key, None)
-                else:
-                    self.entries[key] = entry
-            self.meta = applier.meta
-            cursor = max(cursor, seg.end)
+                for key, entry in applier.changes().items():
+                    if entry is None:
+                        self.entries.pop(key, None)
+                    else:
+                        self.entries[key] = entry
+                self.meta = applier.meta
+                cursor = max(cursor, seg.end)
+        finally:
+            reader.close()
         yield flush(max(cursor, chunk_start), final=True)
