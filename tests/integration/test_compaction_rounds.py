@@ -13,11 +13,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from tests.fixtures.sink_cases import stage_batch
+from tests.integration.test_compaction_wake import ids, levels
 
 from inorder.sinks import compaction
 from inorder.sinks.base import SinkError
 from inorder.sinks.compaction import compact_parquet
-from inorder.sinks.parquet import ParquetSink, committed_files, read_committed
+from inorder.sinks.parquet import ParquetSink
 from inorder.storage import fs as sfs
 
 SCHEMA = pa.schema([("topic", pa.string()), ("id", pa.int64())])
@@ -34,18 +35,6 @@ def commit(sink: ParquetSink, batch_id: int, topics: tuple[str, ...]) -> None:
         schema=SCHEMA,
     )
     sink.commit(batch_id, stage_batch(sink, batch_id, data, tasks=1))
-
-
-def ids(path: str) -> list[int]:
-    return sorted(read_committed(path).column("id").to_pylist())
-
-
-def levels(path: str) -> dict[str, list[int]]:
-    """Levels of the live files per partition directory."""
-    out: dict[str, list[int]] = {}
-    for f in committed_files(path):
-        out.setdefault(f.path.rpartition("/")[0], []).append(f.level)
-    return {k: sorted(v) for k, v in sorted(out.items())}
 
 
 def merges_per_record(path: str) -> list[int]:
