@@ -336,6 +336,7 @@ class PipelineRunner:
                 self._watch(query, printed, summary)
                 if last or not self._failed_by_slow_python_start(query):
                     break
+                self._report_progress(query, printed, summary)  # its batches before the end
                 self._note_restart(start)
         finally:
             restore()
