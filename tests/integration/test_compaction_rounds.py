@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from tests.fixtures.sink_cases import stage_batch
-from tests.integration.test_compaction_wake import ids, levels
+from tests.integration.test_compaction_wake import ids, levels, planned_partitions
 
-from inorder.sinks import compaction
 from inorder.sinks.base import SinkError
 from inorder.sinks.compaction import compact_parquet
 from inorder.sinks.parquet import ParquetSink
@@ -52,19 +50,8 @@ def merges_per_record(path: str) -> list[int]:
     return [len(json.loads(sfs.read_bytes(loc, i.path))["files"]) for i in records]
 
 
-def hour_windows(monkeypatch: pytest.MonkeyPatch) -> list[list[str] | None]:
-    """Rounds measure age windows in hours (only the count rule merges at the test's pace,
-    unless the compactor's clock moves); returns what each round planned."""
-    seen: list[list[str] | None] = []
-    original: Callable[..., Any] = compaction.compact_parquet
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        parts = kwargs.get("partitions")
-        seen.append(None if parts is None else sorted(parts))
-        return original(*args, **{**kwargs, "trigger_seconds": 3600.0})
-
-    monkeypatch.setattr(compaction, "compact_parquet", spy)
-    return seen
+#: What each round planned, with hour-long age windows (test_compaction_wake's spy).
+hour_windows = planned_partitions
 
 
 def two_batches_everywhere(path: str) -> list[int]:
