@@ -61,7 +61,7 @@ class OutputView:
                 return None
             from inorder.sinks.delta_read import partition_pruned_dataset
 
-            return partition_pruned_dataset(table)
+            return partition_pruned_dataset(table, loc)
         from inorder.sinks.parquet import load_state
         from inorder.sinks.parquet_read import committed_dataset
 

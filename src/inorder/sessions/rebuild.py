@@ -69,9 +69,10 @@ def read_changes(
     if fs.get_file_info(path.rstrip("/") + "/_delta_log").type == pafs.FileType.Directory:
         from deltalake import DeltaTable
 
-        table: pa.Table = DeltaTable(
-            source, storage_options=dict(storage_options or {})
-        ).to_pyarrow_table()
+        # pyarrow's own filesystem, not deltalake's Python one: see inorder.sinks.delta_read.
+        delta = DeltaTable(source, storage_options=dict(storage_options or {}))
+        files = pafs.SubTreeFileSystem(path.rstrip("/"), fs)
+        table: pa.Table = delta.to_pyarrow_dataset(filesystem=files).to_table()
         return table
     if fs.get_file_info(path.rstrip("/") + "/_inorder/commits").type == pafs.FileType.Directory:
         from inorder.sinks.parquet import read_committed

@@ -57,6 +57,7 @@ from inorder.sessions.tables_check_spill import (
 from inorder.sessions.tables_delta import BATCH_KEY, FIRST_BATCH_KEY, OFFSETS_KEY, DeltaTableOutput
 from inorder.sessions.tables_iceberg import IcebergTableOutput
 from inorder.sessions.tables_writer import SessionTablesWriter
+from inorder.sinks.delta_read import delta_dataset
 
 #: Commits that change no row: expected in a table's history.
 _HARMLESS = frozenset({"CREATE TABLE", "OPTIMIZE", "VACUUM START", "VACUUM END"})
@@ -246,7 +247,7 @@ def _read(
             read.txn = table.committed_batch()
             read.stage = 2
             held = walked if walked is not None else (-1 if read.txn is None else read.txn)
-            rows = scan(delta.to_pyarrow_dataset())
+            rows = scan(delta_dataset(delta, table.location))
         else:
             ice, read.version, read.commits = iceberg_commits(table)
             held = walk_iceberg(scratch, read.commits, log)

@@ -159,9 +159,11 @@ def change_log_batches(sink: Any, last: int) -> Iterator[pa.RecordBatch]:
     if isinstance(sink, DeltaSink):
         from deltalake import DeltaTable
 
+        from inorder.sinks.delta_read import delta_dataset
+
         loc = sink.location
         delta = DeltaTable(loc.delta_uri(), storage_options=loc.storage_options())
-        yield from scan(delta.to_pyarrow_dataset(), condition)
+        yield from scan(delta_dataset(delta, loc), condition)
         return
     dataset_of = getattr(sink, "dataset", None)  # an Iceberg sink
     if callable(dataset_of):

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from inorder.errors import InorderError
 from inorder.sessions.tables_plan import BatchPlan, live_table
 from inorder.sinks.delta import delta_schema
+from inorder.sinks.delta_read import delta_dataset
 from inorder.storage import fs as sfs
 
 TableKind = Literal["current", "history"]
@@ -175,7 +176,7 @@ class DeltaTableOutput:
     def live_keys(self) -> pa.Table:
         """Keys of the live rows (the current table's rows, the history's open versions)."""
         try:
-            dataset = self.open().to_pyarrow_dataset()
+            dataset = delta_dataset(self.open(), self.location)
             wanted = pc.field("is_current") if self.kind == "history" else None
             keys = dataset.to_table(columns=list(KEY_COLUMNS), filter=wanted)
         except TablesError:
@@ -358,7 +359,7 @@ def query_dataset(path: str, storage_options: Mapping[str, str] | None = None) -
 
     loc = sfs.resolve(path, storage_options)
     table = DeltaTable(loc.delta_uri(), storage_options=loc.storage_options())
-    plain = table.to_pyarrow_dataset().schema
+    plain = delta_dataset(table, loc).schema
     partitions = set(table.metadata().partition_columns)
     schema = pa.schema(
         [
@@ -368,4 +369,4 @@ def query_dataset(path: str, storage_options: Mapping[str, str] | None = None) -
             for f in plain
         ]
     )
-    return table.to_pyarrow_dataset(schema=schema)
+    return delta_dataset(table, loc, schema)

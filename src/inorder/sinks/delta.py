@@ -39,6 +39,7 @@ from inorder.sinks.base import (
     SinkError,
     WrittenFile,
 )
+from inorder.sinks.delta_read import delta_dataset
 from inorder.sinks.parquet import (
     DEFAULT_TARGET_FILE_SIZE,
     FileSink,
@@ -288,7 +289,7 @@ class DeltaSink(FileSink):
         """
         import pyarrow.dataset as ds
 
-        dataset = self._table().to_pyarrow_dataset()
+        dataset = delta_dataset(self._table(), self.location)
         condition = (ds.field("batch_id") >= first) & (ds.field("batch_id") <= last)
         table: pa.Table = dataset.to_table(
             columns=list(columns) if columns is not None else None, filter=condition

@@ -117,6 +117,8 @@ def _delta_output(location: Any, shown: str, resets: ResetReader) -> OutputInfo:
     try:
         from deltalake import DeltaTable
 
+        from inorder.sinks.delta_read import delta_dataset
+
         table = DeltaTable(location.delta_uri(), storage_options=location.storage_options())
         import pyarrow as pa
 
@@ -134,7 +136,7 @@ def _delta_output(location: Any, shown: str, resets: ResetReader) -> OutputInfo:
             by_batch[bid] = (had + n, files + 1)
     info = OutputInfo("delta", shown, len(sizes), sum(rows), sum(sizes), by_batch)
     try:
-        info.resets = resets(table.to_pyarrow_dataset(), False)
+        info.resets = resets(delta_dataset(table, location), False)
     except Exception:  # the counts stand without the resets (e.g. an older deltalake)
         info.note = "session resets not readable"
     return info
