@@ -206,7 +206,7 @@ def inorder_run(
     for rep in reports.values():
         for part in rep.partitions:
             for k, v in part.timings.items():
-                if k not in ("cache_hit", "cache_reused", "caught_up"):
+                if k not in ("cache_hit", "cache_reused", "cache_opened", "caught_up"):
                     timings[k] = timings.get(k, 0.0) + v
     batches = [progress[b] for b in sorted(progress)]
     # Where the trigger time goes (Spark's phases, summed over the data batches after the

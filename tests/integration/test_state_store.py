@@ -183,6 +183,10 @@ def test_busy_cache_falls_back_to_a_private_one(tmp_path: Path) -> None:
         holder.open(1)
         found, _, store = h.state(1)  # a concurrent attempt of the same task
         assert not store.stats.cache_hit and found["a"][0] == Tally(1, 10, [1])
+        assert store.stats.opened_db and not store.stats.reused_handle  # a private one
+        assert holder._cache is not None and holder._cache.get("a") is not None
+    found, _, store = h.state(1)  # the shared view again, untouched by the private one
+    assert store.stats.cache_hit and store.stats.reused_handle and not store.stats.opened_db
 
 
 def test_store_on_s3(s3: Any, tmp_path: Path) -> None:
@@ -222,7 +226,7 @@ store.open(batch)
 if mode == "commit":
     store.commit({"b": entry(batch)}, PartitionMeta(batch * 10, None))
     store.close()
-    print("slot", store.stats.cache_hit, flush=True)
+    print("slot", store.stats.cache_hit, store.stats.caught_up, flush=True)
 else:  # hold the cache open until killed
     print("holding", flush=True)
     time.sleep(600)
@@ -244,8 +248,11 @@ def test_cache_stays_open_in_the_process_between_batches(tmp_path: Path) -> None
     h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache")
     first = h.batch(0, {"a": entry(1)}, 1)
     assert not first.stats.reused_handle
-    assert any(p.startswith(str(tmp_path / "cache")) for p in REGISTRY.held_paths())
+    assert [p for p in REGISTRY.held_paths() if p.startswith(str(tmp_path / "cache"))] == [
+        str(next((tmp_path / "cache").glob("*/proc@0")))
+    ]
     second = h.batch(1, {"b": entry(2)}, 2)
+    assert not second.stats.opened_db
     assert second.stats.reused_handle and second.stats.cache_hit
     found, meta, store = h.state(2)
     assert store.stats.reused_handle and store.stats.cache_hit
@@ -253,9 +260,86 @@ def test_cache_stays_open_in_the_process_between_batches(tmp_path: Path) -> None
     # keep_open=0: closed after each task, nothing held.
     closing = Harness(str(tmp_path / "ckpt2"), tmp_path / "cache2")
     closing.options = StateOptions(cache_dir=str(tmp_path / "cache2"), keep_open=0)
-    closing.batch(0, {"a": entry(1)}, 1)
+    assert closing.batch(0, {"a": entry(1)}, 1).stats.opened_db
     assert not any(p.startswith(str(tmp_path / "cache2")) for p in REGISTRY.held_paths())
-    assert closing.state(1)[2].stats.cache_hit  # the cache on disk is still current
+    again = closing.state(1)[2]
+    assert again.stats.cache_hit and again.stats.opened_db  # the cache on disk is still current
+
+
+def test_partitions_share_one_database_per_process(tmp_path: Path) -> None:
+    from inorder.state.registry import REGISTRY
+
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache")
+    other_tp = TopicPartition("orders", 31)  # its prefix sorts right after orders-3's
+
+    def other_batch(batch_id: int, changes: dict[str, KeyEntry | None]) -> PartitionStore:
+        with PartitionStore(h.checkpoint, other_tp, CODEC, "epoch-1", h.options) as store:
+            store.open(batch_id)
+            store.commit(changes, PartitionMeta(batch_id, None))
+            return store
+
+    assert h.batch(0, {"a": entry(1, timer=5)}, 1).stats.opened_db
+    first = other_batch(0, {"a": entry(7, timer=3)})
+    assert not first.stats.opened_db and not first.stats.reused_handle
+    assert [p.name for p in (tmp_path / "cache").glob("*/*") if p.is_dir()] == ["proc@0"]
+    found, _, store = h.state(1)
+    assert store.stats.cache_hit and store.stats.reused_handle and not store.stats.opened_db
+    assert found == {"a": (Tally(1, 10, [1]), 1, 5)}
+    again = other_batch(1, {"b": entry(8)})
+    assert again.stats.cache_hit and again.stats.reused_handle and not again.stats.opened_db
+    with PartitionStore(h.checkpoint, other_tp, CODEC, "epoch-1", h.options) as store:
+        view, _ = store.open(2)
+        assert store.key_count() == 2 and view.timers_after(0, None, 10) == [(3, "a")]
+    mine = [p for p in REGISTRY.held_paths() if p.startswith(str(tmp_path / "cache"))]
+    assert len(mine) == 1
+
+
+def test_views_of_one_database_do_not_see_each_other(tmp_path: Path) -> None:
+    from inorder.state.cache import CacheDB, entry_row, partition_prefix
+
+    db = CacheDB(str(tmp_path / "db"))
+    try:
+        # orders-1's keys sort right before orders-10's (\x00 < "0"), the closest neighbours.
+        one, ten = db.view(partition_prefix("orders", 1)), db.view(partition_prefix("orders", 10))
+        rows = {k: entry_row(entry(n, timer=n, kind=n % 2), None) for n, k in enumerate("abcd")}
+        one.write([(k, rows[k]) for k in "ab"], [], {"epoch": "e", "version": 1, "meta": {}})
+        ten.write([(k, rows[k]) for k in "bcd"], [], {"epoch": "e", "version": 4, "meta": {}})
+        assert [k for k, _ in one.rows()] == ["a", "b"] and one.header()["keys"] == 2
+        assert one.timers_after(0, None, 10) == [(0, "a")]
+        assert one.timers_after(1, None, 10) == [(1, "b")]
+        assert one.timers_after(1, (1, "b"), 10) == []  # ten's kind-1 timers follow
+        assert ten.timers_after(0, None, 10) == [(2, "c")]
+        assert one.get("c") is None and ten.get("a") is None
+        one.clear()
+        assert list(one.rows()) == [] and one.header()["version"] == -1
+        assert one.timers_after(0, None, 10) == [] and one.timers_after(1, None, 10) == []
+        assert [k for k, _ in ten.rows()] == ["b", "c", "d"]
+        assert ten.header()["version"] == 4 and ten.header()["keys"] == 3
+        assert ten.timers_after(1, None, 10) == [(1, "b"), (3, "d")]
+        ten.clear()
+        assert list(db.db.keys()) == []
+    finally:
+        db.close()
+
+
+def test_slot_directories_of_an_earlier_release_are_removed_unless_held(tmp_path: Path) -> None:
+    import fcntl
+    import os
+
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache")
+    base = Path(h.store()._cache_base())
+    for old in ("orders-3", "orders-3@1", "proc-0"):
+        (base / old).mkdir(parents=True)
+        (base / old / "CURRENT").write_text("x")
+        (base / f"{old}.lock").touch()
+    fd = os.open(base / "orders-3@1.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a process of the earlier release
+        h.batch(0, {"a": entry(1)}, 1)
+        names = sorted(p.name for p in base.iterdir())
+        assert names == ["orders-3@1", "orders-3@1.lock", "proc@0", "proc@0.lock"]
+    finally:
+        os.close(fd)
 
 
 def test_partition_moving_to_another_process_and_back_catches_up(tmp_path: Path) -> None:
@@ -263,11 +347,12 @@ def test_partition_moving_to_another_process_and_back_catches_up(tmp_path: Path)
     h = Harness(str(tmp_path / "ckpt"), cache, interval=100)
     h.batch(0, {"a": entry(1)}, 1)
     h.batch(1, {"a": entry(2)}, 2)
-    # Batch 2 runs in another worker process: this one holds slot 0, so it takes slot 1.
+    # Batch 2 runs in another worker process: this one holds slot 0, so it takes slot 1,
+    # where this partition never ran: rebuilt.
     proc = _other_process(h, cache, "commit", 2)
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0 and out.strip() == "slot False"
-    assert [p.name for p in cache.glob("*/orders-3@*") if p.is_dir()] == ["orders-3@1"]
+    assert proc.returncode == 0 and out.strip() == "slot False 0"
+    assert sorted(p.name for p in cache.glob("*/*") if p.is_dir()) == ["proc@0", "proc@1"]
     # Back here for batch 3: this process's handle is at version 1 and applies delta 2 only.
     found, meta, store = h.state(3)
     assert store.stats.reused_handle and not store.stats.cache_hit
@@ -277,6 +362,12 @@ def test_partition_moving_to_another_process_and_back_catches_up(tmp_path: Path)
     h.batch(3, {"c": entry(3)}, 30)
     found, _, store = h.state(4)
     assert store.stats.cache_hit and set(found) == {"a", "b", "c"}
+    # Batch 4 in another process again: slot 1 holds version 2 and applies delta 3 only.
+    proc = _other_process(h, cache, "commit", 4)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.strip() == "slot False 1"
+    found, _, store = h.state(5)
+    assert store.stats.caught_up == 1 and set(found) == {"a", "b", "c"}
 
 
 def test_kept_cache_whose_version_was_cleaned_up_is_rebuilt(tmp_path: Path) -> None:
@@ -313,7 +404,7 @@ def test_cache_of_a_killed_process_is_reused(tmp_path: Path) -> None:
     REGISTRY.close_all()
     found, _, store = h.state(1)  # the kernel released the dead process's locks
     assert store.stats.cache_hit and found["a"][0] == Tally(1, 10, [1])
-    assert any(p.endswith("/orders-3") and p.startswith(str(cache)) for p in REGISTRY.held_paths())
+    assert any(p.endswith("/proc@0") and p.startswith(str(cache)) for p in REGISTRY.held_paths())
 
 
 def test_cache_directory_removed_under_an_open_handle_is_not_trusted(tmp_path: Path) -> None:
@@ -326,4 +417,4 @@ def test_cache_directory_removed_under_an_open_handle_is_not_trusted(tmp_path: P
     found, _, store = h.state(1)
     assert not store.stats.reused_handle and not store.stats.cache_hit
     assert found["a"][0] == Tally(1, 10, [1])
-    assert [p.name for p in cache.glob("*/orders-3*") if p.is_dir()] == ["orders-3"]
+    assert [p.name for p in cache.glob("*/*") if p.is_dir()] == ["proc@0"]

@@ -59,12 +59,13 @@ class BatchReport:
     #: ``write``: encoding and staging output, ``state``: the state delta, ``load``: opening
     #: state).
     phase_seconds: dict[str, float] = field(default_factory=dict)
-    #: How the tasks found their topic-partitions' state caches: ``open`` (the worker still
-    #: held it from an earlier batch), then exactly one of ``current`` (at the version
-    #: needed), ``caught_up`` (behind: the missing deltas applied) or ``rebuilt`` (read from
-    #: the checkpoint); and ``moved``: partitions whose task ran in another worker process
-    #: than in this engine's previous batch (Spark places tasks; a moved partition cannot
-    #: find its cache open in its new worker).
+    #: How the tasks found their topic-partitions' state caches: ``open`` (the worker's
+    #: cache database, still open, served the partition in an earlier batch), then exactly
+    #: one of ``current`` (at the version needed), ``caught_up`` (behind: the missing deltas
+    #: applied) or ``rebuilt`` (read from the checkpoint); ``moved``: partitions whose task
+    #: ran in another worker process than in this engine's previous batch (Spark places
+    #: tasks); ``databases``: tasks that opened a cache database (a worker's first task, or
+    #: every task with ``keep_open=0``).
     state_opens: dict[str, int] = field(default_factory=dict)
 
 
@@ -79,13 +80,14 @@ def task_phases(results: list[TaskResult]) -> dict[str, float]:
 
 def state_opens(results: list[TaskResult], workers: dict[tuple[str, int], str]) -> dict[str, int]:
     """Count how tasks found their caches; ``workers`` (partition -> last worker) is updated."""
-    opens = {"open": 0, "current": 0, "caught_up": 0, "rebuilt": 0, "moved": 0}
+    opens = {"open": 0, "current": 0, "caught_up": 0, "rebuilt": 0, "moved": 0, "databases": 0}
     for r in results:
         last = workers.get((r.topic, r.partition))
         opens["moved"] += last is not None and last != r.worker
         workers[(r.topic, r.partition)] = r.worker
         t = r.timings
         opens["open"] += bool(t.get("cache_reused"))
+        opens["databases"] += bool(t.get("cache_opened"))
         found = "current" if t.get("cache_hit") else "caught_up" if t.get("caught_up") else None
         opens[found or "rebuilt"] += 1
     return opens

@@ -197,6 +197,7 @@ class _PartitionWork:
         self.timings["store_load"] = self.store.stats.load_seconds
         self.timings["cache_hit"] = float(self.store.stats.cache_hit)
         self.timings["cache_reused"] = float(self.store.stats.reused_handle)
+        self.timings["cache_opened"] = float(self.store.stats.opened_db)
         self.timings["caught_up"] = float(self.store.stats.caught_up)
         self.store.close()
         return task_result(

@@ -1,21 +1,29 @@
-"""Local caches kept open by a Python worker between micro-batches.
+"""The local cache database a Python worker keeps open between micro-batches.
 
-Opening a topic-partition's RocksDB cache costs ~50 ms (and reading its header, listing its
-files); Spark's Python workers are reused across tasks, so a worker keeps the caches it
-opened and hands the same handle to the partition's next task when that task lands in the
-same process. Whether the cache still holds the right version is checked by the store as
-for any cache (epoch and version against the checkpoint): keeping it open only saves the
-open, never skips that check.
+Opening a RocksDB database costs ~50 ms, and Spark hands each engine task to whichever of its
+Python workers is idle, so a topic-partition's next task often runs in another process. A
+worker process therefore holds *one* database per checkpoint, for every topic-partition it
+serves, each under a key prefix of its own (:mod:`inorder.state.cache`): it is opened by the
+process's first task and stays open, so no later task opens a database, whichever partition
+it applies. Whether a partition's view holds the right version is checked by the store as for
+any cache (epoch, version and attempt against the checkpoint); a partition that ran in
+another process meanwhile finds its view behind and catches up from the checkpoint's deltas
+(or is rebuilt when it never ran here or its version was cleaned up).
 
-RocksDB lets one process use a directory at a time, and a partition's next task may run in
-another worker process of the same executor. So a cache directory is a *slot*,
-``<topic>-<partition>`` (slot 0) or ``<topic>-<partition>@<n>``, owned by whichever process
-holds the ``flock`` of ``<slot>.lock``. A process whose slot is held elsewhere takes the next
-free slot (its content, at whatever version another process left it, is brought up to date
-by the store); the kernel releases a dead process's locks (kill -9 included), so its slots
-are simply reused. A slot directory or lock file removed underneath an open handle (the
-temp directory cleaned, the executor's directory deleted) is detected by comparing inodes
-and the handle is dropped.
+RocksDB lets one process use a directory at a time. So a database directory is a *process
+slot*, ``<cache_dir>/<sha1(checkpoint root)[:16]>/proc@<n>``, owned by whichever process holds
+the ``flock`` of ``proc@<n>.lock``; a process takes the first free slot. The kernel releases a
+dead process's locks (kill -9 included), so its slot, with whatever versions its partitions
+hold, is simply reused by the next process. A slot directory or lock file removed underneath
+an open handle (the temp directory cleaned, the executor's directory deleted) is detected by
+comparing inodes and the handle is dropped. When every slot is held, the process uses a
+private database in a new temp directory (deleted when closed); a second store of a
+topic-partition whose view is in use in this process (a concurrent attempt) gets a private,
+throw-away database of its own.
+
+Earlier releases kept one directory per topic-partition (``<topic>-<partition>[@<n>]``) in the
+same place: the first process opening a slot of a checkpoint deletes those nobody holds the
+lock of (caches are only copies of the checkpoint).
 
 Everything here is per process and not thread-safe beyond a lock around the registry; a
 forked child forgets its parent's handles (they belong to the parent).
@@ -26,185 +34,265 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from inorder.state.cache import CacheBusy, LocalCache
+from inorder.state.cache import MAX_OPEN_FILES, CacheBusy, CacheDB, LocalCache
 
-#: Slots tried per topic-partition before falling back to a private, throw-away cache.
-MAX_SLOTS = 8
+#: Process slots tried per checkpoint before falling back to a private database.
+MAX_SLOTS = 64
+_SLOT = re.compile(r"proc@\d+")
 
 
 @dataclass(slots=True)
-class HeldCache:
-    """An open cache and the locks that make this process its owner."""
+class ProcessDB:
+    """An open database and the locks that make this process its owner."""
 
-    cache: LocalCache
+    db: CacheDB
+    base: str
     path: str
     lock_fd: int | None = None
     dir_fd: int | None = None
-    in_use: bool = True
     private_dir: str | None = None
-    reused: bool = False
+    #: The views this handle served, by prefix (to tell a partition seen before).
+    views: dict[bytes, HeldCache] = field(default_factory=dict)
+    #: Views handed out and not released yet.
+    users: int = 0
 
     def intact(self) -> bool:
         """Whether the slot's lock file and directory are still the ones this handle holds."""
-        if self.lock_fd is None or self.dir_fd is None:
+        if self.dir_fd is None or (self.lock_fd is None and self.private_dir is None):
             return False
         try:
-            lock_now = os.stat(self.path + ".lock")
-            dir_now = os.stat(self.path)
-            lock_held = os.fstat(self.lock_fd)
-            dir_held = os.fstat(self.dir_fd)
+            if not os.path.samestat(os.stat(self.path), os.fstat(self.dir_fd)):
+                return False
+            if self.lock_fd is None:
+                return True
+            return os.path.samestat(os.stat(self.path + ".lock"), os.fstat(self.lock_fd))
         except OSError:
             return False
-        return os.path.samestat(lock_now, lock_held) and os.path.samestat(dir_now, dir_held)
 
     def close(self) -> None:
         """Close the database and release the slot."""
         with contextlib.suppress(Exception):  # a deleted directory may fail the close
-            self.cache.close()
+            self.db.close()
         for fd in (self.dir_fd, self.lock_fd):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.dir_fd = self.lock_fd = None
+        self.views.clear()
         if self.private_dir is not None:
             shutil.rmtree(self.private_dir, ignore_errors=True)
             self.private_dir = None
 
 
+@dataclass(slots=True)
+class HeldCache:
+    """One topic-partition's view, handed to a store for one task."""
+
+    cache: LocalCache
+    owner: ProcessDB
+    prefix: bytes
+    in_use: bool = True
+    #: This process's database served this topic-partition in an earlier task.
+    reused: bool = False
+    #: Acquiring the view opened a database.
+    opened: bool = False
+    #: A throw-away database of its own (closed and deleted on release).
+    private: bool = False
+
+
 class CacheRegistry:
-    """The caches this process holds, least recently used first."""
+    """The databases this process holds (one per checkpoint), least recently used first."""
 
     def __init__(self) -> None:
-        self._held: OrderedDict[str, HeldCache] = OrderedDict()
+        self._dbs: OrderedDict[str, ProcessDB] = OrderedDict()
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():  # a forked child: the handles are the parent's
-            self._held = OrderedDict()
+            self._dbs = OrderedDict()
             self._lock = threading.Lock()
             self._pid = os.getpid()
 
-    def acquire(self, base: str, keep_open: int) -> HeldCache:
-        """A cache for the slots at ``base``: one this process holds, else a free slot.
+    def acquire(self, base: str, prefix: bytes, keep_open: int) -> HeldCache:
+        """The view ``prefix`` of this process's database for the slots at ``base``.
 
-        Falls back to a private cache in a new temp directory when every slot is taken.
+        Opens the database (a free process slot, else a private one) when the process holds
+        none for ``base``; a view already in use gets a private database of its own.
         """
         self._check_pid()
         with self._lock:
-            for path in _slot_paths(base):
-                held = self._held.get(path)
-                if held is None or held.in_use:
-                    continue
-                if held.intact():
-                    held.in_use = True
-                    held.reused = True
-                    self._held.move_to_end(path)
-                    return held
-                del self._held[path]
-                held.close()
-            for path in _slot_paths(base):
-                if path in self._held:
-                    continue
-                opened = _open_slot(path)
-                if opened is not None:
-                    self._held[path] = opened
-                    self._evict(keep_open)
-                    return opened
-        private = tempfile.mkdtemp(prefix="inorder-cache-")
-        return HeldCache(LocalCache(os.path.join(private, "db")), private, private_dir=private)
+            opened = False
+            db = self._dbs.get(base)
+            if db is not None and not db.intact():
+                self._forget(db)
+                db = None
+            if db is None:
+                db = _open_process_slot(base) or _private_db(base)
+                opened = True
+                self._dbs[base] = db
+            self._dbs.move_to_end(base)
+            held = db.views.get(prefix)
+            if held is not None and held.in_use:  # a concurrent store of this partition
+                private = _private_db(base)
+                return HeldCache(
+                    private.db.view(prefix), private, prefix, opened=True, private=True
+                )
+            if held is None:
+                held = HeldCache(db.db.view(prefix), db, prefix)
+                db.views[prefix] = held
+            else:
+                held.reused = True
+            held.in_use = True
+            held.opened = opened
+            db.users += 1
+            self._evict(keep_open)
+            return held
 
     def release(self, held: HeldCache, keep_open: int) -> None:
-        """Return ``held`` after a task; it stays open unless ``keep_open`` is 0."""
+        """Return ``held`` after a task; its database stays open unless ``keep_open`` is 0."""
         self._check_pid()
         with self._lock:
-            held.in_use = False
-            registered = self._held.get(held.path) is held
-            if not registered or keep_open <= 0:
-                if registered:
-                    del self._held[held.path]
-                held.close()
+            self._let_go(held)
+            db = held.owner
+            if keep_open <= 0 and db.users == 0 and self._dbs.get(db.base) is db:
+                del self._dbs[db.base]
+                db.close()
                 return
             self._evict(keep_open)
 
     def discard(self, held: HeldCache) -> None:
-        """Close ``held`` for good (its content is not trusted any more)."""
+        """Forget ``held``'s view (its content is not trusted any more); the database stays."""
         self._check_pid()
         with self._lock:
-            if self._held.get(held.path) is held:
-                del self._held[held.path]
-            held.close()
+            if held.owner.views.get(held.prefix) is held:
+                del held.owner.views[held.prefix]
+            self._let_go(held)
 
     def close_all(self) -> None:
-        """Close every cache not in use."""
+        """Close every database no view of which is in use."""
         self._check_pid()
         with self._lock:
-            for path, held in list(self._held.items()):
-                if not held.in_use:
-                    del self._held[path]
-                    held.close()
+            for base, db in list(self._dbs.items()):
+                if db.users == 0:
+                    del self._dbs[base]
+                    db.close()
 
     def held_paths(self) -> list[str]:
-        """Slot paths this process holds open (for tests and diagnostics)."""
+        """Database paths this process holds open (for tests and diagnostics)."""
         self._check_pid()
-        return list(self._held)
+        return [db.path for db in self._dbs.values()]
+
+    def _let_go(self, held: HeldCache) -> None:
+        """Mark ``held`` returned; close a database nobody uses that is no longer registered."""
+        if held.private:
+            held.owner.close()
+            return
+        if not held.in_use:
+            return
+        held.in_use = False
+        db = held.owner
+        db.users -= 1
+        if db.users == 0 and self._dbs.get(db.base) is not db:
+            db.close()
+
+    def _forget(self, db: ProcessDB) -> None:
+        """Unregister ``db`` (closed now, or when its last view in use is returned)."""
+        del self._dbs[db.base]
+        if db.users == 0:
+            db.close()
 
     def _evict(self, keep_open: int) -> None:
-        idle = [p for p, h in self._held.items() if not h.in_use]
-        excess = len(self._held) - min(max(keep_open, 0), _fd_budget())
-        for path in idle[: max(excess, 0)]:
-            self._held.pop(path).close()
+        idle = [db for db in self._dbs.values() if db.users == 0]
+        excess = len(self._dbs) - min(max(keep_open, 0), _fd_budget())
+        for db in idle[: max(excess, 0)]:
+            del self._dbs[db.base]
+            db.close()
 
 
-#: File descriptors one open cache holds: RocksDB's lock, info log, WAL, manifest and table
-#: files (about 6, more after flushes) and the slot's lock and directory.
-_FDS_PER_CACHE = 10
+#: File descriptors one open database holds: its table files, RocksDB's lock, info log, WAL
+#: and manifest, and the slot's lock and directory.
+_FDS_PER_DB = MAX_OPEN_FILES + 10
 #: Descriptors left for everything else of the process (sockets, Parquet files, Kafka).
 _FDS_RESERVED = 512
 
 
 def _fd_budget() -> int:
-    """How many caches this process may keep open within its open file limit."""
+    """How many databases this process may keep open within its open file limit."""
     try:
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (ImportError, OSError, ValueError):
-        return 32
+        return 1
     if soft == resource.RLIM_INFINITY:
         return 1 << 30
-    return max((soft - _FDS_RESERVED) // _FDS_PER_CACHE, 0)
+    return max((soft - _FDS_RESERVED) // _FDS_PER_DB, 0)
 
 
-def _slot_paths(base: str) -> list[str]:
-    return [base if n == 0 else f"{base}@{n}" for n in range(MAX_SLOTS)]
+def _open_process_slot(base: str) -> ProcessDB | None:
+    """Lock and open the first free process slot at ``base``; ``None`` when all are held."""
+    os.makedirs(base, exist_ok=True)
+    _remove_old_slots(base)
+    for n in range(MAX_SLOTS):
+        path = os.path.join(base, f"proc@{n}")
+        fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            db = CacheDB(path)
+        except CacheBusy:
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        return ProcessDB(db, base, path, lock_fd=fd, dir_fd=dir_fd)
+    return None
 
 
-def _open_slot(path: str) -> HeldCache | None:
-    """Lock and open the slot at ``path``; ``None`` when another process holds it."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    try:
-        cache = LocalCache(path)
-    except CacheBusy:
-        os.close(fd)
-        return None
-    except BaseException:
-        os.close(fd)
-        raise
+def _private_db(base: str) -> ProcessDB:
+    """A database in a new temp directory, deleted when closed."""
+    private = tempfile.mkdtemp(prefix="inorder-cache-")
+    path = os.path.join(private, "db")
+    db = CacheDB(path)
     dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    return HeldCache(cache, path, lock_fd=fd, dir_fd=dir_fd)
+    return ProcessDB(db, base, path, dir_fd=dir_fd, private_dir=private)
+
+
+def _remove_old_slots(base: str) -> None:
+    """Delete the per-partition slot directories of earlier releases that nobody holds."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            if not name.endswith(".lock") or _SLOT.fullmatch(name[: -len(".lock")]):
+                continue
+            lock = os.path.join(base, name)
+            try:
+                fd = os.open(lock, os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # a process of an earlier release still uses it
+                os.close(fd)
+                continue
+            # Held while deleting: a process of an earlier release that opens the lock file
+            # meanwhile does not get it, and one that opens it afterwards creates a new one.
+            shutil.rmtree(lock[: -len(".lock")], ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
+            os.close(fd)
 
 
 #: This process's registry.

@@ -10,9 +10,10 @@ Batch ``B`` of a topic-partition:
    content and is not. If it holds an older version ``C`` whose file is still in the checkpoint,
    the deltas after ``C`` up to ``V`` are applied to it (the same files a rebuild would end
    with); otherwise it is rebuilt from the newest snapshot ``<= V`` plus the deltas after it.
-   The cache's handle stays open in the worker process between batches
-   (:mod:`inorder.state.registry`); a partition whose task moves to another process uses
-   that process's copy, brought up to date the same way.
+   The cache is a view of one database per worker process (:mod:`inorder.state.registry`),
+   open between batches; a partition whose task moves to another process uses that
+   process's view, brought up to date the same way (from deltas when it holds a version
+   still in the checkpoint), and never opens a database of its own.
 2. The engine reads keys through :class:`CacheView` (only touched keys become Python objects).
 3. :meth:`PartitionStore.commit` writes the delta of ``B`` (changed keys: upserts with the
    state's codec bytes and timer, deletes as tombstones) atomically to the checkpoint, then
@@ -34,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from inorder.records import TopicPartition
-from inorder.state.cache import LocalCache, Row, entry_row
+from inorder.state.cache import LocalCache, Row, entry_row, partition_prefix
 from inorder.state.checkpoint import (
     META_KEY,
     STATE_FILE_SCHEMA,
@@ -53,18 +54,18 @@ class StateOptions:
     ``snapshot_interval``: write a full snapshot after this many deltas. ``retain_versions``:
     keep this many versions before the newest snapshot (for rollback tools). ``cache_dir``:
     where worker caches live (default: ``$TMPDIR/inorder-state-cache``). ``keep_open``: how
-    many topic-partition caches a worker process keeps open between batches (least recently
-    used closed first; 0 closes each cache after its task; fewer when the process's open
-    file limit would not allow that many, see :mod:`inorder.state.registry`).
+    many cache databases a worker process keeps open between batches, one per checkpoint it
+    serves, each holding all its topic-partitions (least recently used closed first; 0
+    closes the database after each task, so every task opens it again; fewer when the
+    process's open file limit would not allow that many, see :mod:`inorder.state.registry`).
     """
 
     snapshot_interval: int = 20
     retain_versions: int = 20
     cache_dir: str | None = None
-    # Opening and closing a RocksDB cache costs 30-100 ms: a worker whose task applies more
-    # partitions than it keeps open reopens every one of them every batch (measured at 1,200
-    # topic-partitions on local[2] with 32: 63% of the tasks' time). An open cache costs about
-    # 0.2 MiB and 8 file descriptors; unflushed writes are bounded per process (state/cache.py).
+    # Opening and closing a RocksDB database costs 30-100 ms; an open one costs up to ~210
+    # file descriptors (state/registry.py) and its unflushed writes are bounded per process
+    # (state/cache.py). Any value above 0 keeps the process's one database of a checkpoint.
     keep_open: int = 1024
 
 
@@ -76,6 +77,7 @@ class StoreStats:
     caught_up: int = 0
     reused_handle: bool = False
     rebuilt_keys: int = 0
+    opened_db: bool = False
     load_seconds: float = 0.0
     changed_keys: int = 0
     delta_bytes: int = 0
@@ -185,17 +187,21 @@ class PartitionStore:
 
     # -- paths -------------------------------------------------------------------------------
 
-    def _cache_path(self) -> str:
+    def _cache_base(self) -> str:
+        """The directory of this checkpoint's process slots."""
         root = self.options.cache_dir or os.path.join(tempfile.gettempdir(), "inorder-state-cache")
         digest = hashlib.sha1(self.checkpoint.root.encode()).hexdigest()[:16]
-        return os.path.join(root, digest, f"{self.tp.topic}-{self.tp.partition}")
+        return os.path.join(root, digest)
 
     def _open_cache(self) -> LocalCache:
-        # A slot held by another process (or by another store of this one, e.g. a concurrent
-        # attempt of the same task) is not waited for: the next free slot is used.
-        held = REGISTRY.acquire(self._cache_path(), self.options.keep_open)
+        # A slot held by another process is not waited for: the next free slot is used; a
+        # view in use by another store of this process (a concurrent attempt of the same
+        # task) is not shared: that store gets a private cache.
+        prefix = partition_prefix(self.tp.topic, self.tp.partition)
+        held = REGISTRY.acquire(self._cache_base(), prefix, self.options.keep_open)
         self._held = held
         self.stats.reused_handle = held.reused
+        self.stats.opened_db = held.opened
         return held.cache
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -351,7 +357,7 @@ class PartitionStore:
         return int(self._cache.header().get("keys", 0))
 
     def close(self) -> None:
-        """Release the cache (it stays open in this process for the partition's next task)."""
+        """Release the cache (its database stays open in this process for the next tasks)."""
         self._release()
 
     def _release(self) -> None:
@@ -361,8 +367,8 @@ class PartitionStore:
         self._cache = None
 
     def _discard(self) -> None:
-        # A failure while loading leaves the cache at some version its header names, which
-        # is consistent; it is closed anyway rather than trusted to a later task.
+        # A failure while loading leaves the view at some version its header names, which
+        # is consistent; it is forgotten anyway rather than trusted to a later task.
         if self._held is not None:
             REGISTRY.discard(self._held)
         self._held = None
