@@ -418,3 +418,22 @@ def test_cache_directory_removed_under_an_open_handle_is_not_trusted(tmp_path: P
     assert not store.stats.reused_handle and not store.stats.cache_hit
     assert found["a"][0] == Tally(1, 10, [1])
     assert [p.name for p in cache.glob("*/*") if p.is_dir()] == ["proc@0"]
+
+
+def test_failed_load_forgets_the_view_not_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache", interval=100)
+    h.batch(0, {"a": entry(1)}, 1)
+    Harness(h.checkpoint.root, tmp_path / "elsewhere", interval=100).batch(1, {"b": entry(2)}, 2)
+
+    def fail(*args: object) -> None:
+        raise OSError("checkpoint unreachable")
+
+    monkeypatch.setattr(PartitionStore, "_catch_up", fail)
+    with pytest.raises(OSError), h.store() as store:
+        store.open(2)
+    monkeypatch.undo()
+    found, _, store = h.state(2)
+    assert not store.stats.reused_handle and not store.stats.opened_db
+    assert store.stats.caught_up == 1 and set(found) == {"a", "b"}

@@ -160,21 +160,18 @@ class CacheRegistry:
         """Return ``held`` after a task; its database stays open unless ``keep_open`` is 0."""
         self._check_pid()
         with self._lock:
-            self._let_go(held)
-            db = held.owner
-            if keep_open <= 0 and db.users == 0 and self._dbs.get(db.base) is db:
-                del self._dbs[db.base]
-                db.close()
-                return
-            self._evict(keep_open)
+            self._returned(held, keep_open)
 
-    def discard(self, held: HeldCache) -> None:
-        """Forget ``held``'s view (its content is not trusted any more); the database stays."""
+    def discard(self, held: HeldCache, keep_open: int) -> None:
+        """Forget ``held``'s view (its content is not trusted any more) and return it.
+
+        The database stays open for the other partitions' views (as :meth:`release`).
+        """
         self._check_pid()
         with self._lock:
             if held.owner.views.get(held.prefix) is held:
                 del held.owner.views[held.prefix]
-            self._let_go(held)
+            self._returned(held, keep_open)
 
     def close_all(self) -> None:
         """Close every database no view of which is in use."""
@@ -189,6 +186,15 @@ class CacheRegistry:
         """Database paths this process holds open (for tests and diagnostics)."""
         self._check_pid()
         return [db.path for db in self._dbs.values()]
+
+    def _returned(self, held: HeldCache, keep_open: int) -> None:
+        self._let_go(held)
+        db = held.owner
+        if keep_open <= 0 and db.users == 0 and self._dbs.get(db.base) is db:
+            del self._dbs[db.base]
+            db.close()
+            return
+        self._evict(keep_open)
 
     def _let_go(self, held: HeldCache) -> None:
         """Mark ``held`` returned; close a database nobody uses that is no longer registered."""

@@ -370,7 +370,7 @@ class PartitionStore:
         # A failure while loading leaves the view at some version its header names, which
         # is consistent; it is forgotten anyway rather than trusted to a later task.
         if self._held is not None:
-            REGISTRY.discard(self._held)
+            REGISTRY.discard(self._held, self.options.keep_open)
         self._held = None
         self._cache = None
 
