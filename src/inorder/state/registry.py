@@ -22,8 +22,15 @@ topic-partition whose view is in use in this process (a concurrent attempt) gets
 throw-away database of its own.
 
 Earlier releases kept one directory per topic-partition (``<topic>-<partition>[@<n>]``) in the
-same place: the first process opening a slot of a checkpoint deletes those nobody holds the
-lock of (caches are only copies of the checkpoint).
+same place: a process opening a slot of a checkpoint deletes those nobody holds the lock of
+(caches are only copies of the checkpoint).
+
+``keep_open`` (:class:`~inorder.state.store.StateOptions`) is how many databases (one per
+checkpoint) a process keeps open, least recently used closed first, and no more than its open
+file limit allows (each database keeps at most ``MAX_OPEN_FILES`` table files open); 0 closes
+the database after each task, so every task opens it again. A slot holds the view of every
+partition that ran in its processes, also of those that moved away for good: on disk, each
+slot can grow to the state of all the checkpoint's partitions it served.
 
 Everything here is per process and not thread-safe beyond a lock around the registry; a
 forked child forgets its parent's handles (they belong to the parent).
