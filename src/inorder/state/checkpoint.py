@@ -21,13 +21,14 @@ present twice with the same values; readers (:meth:`CheckpointStore.batch_times`
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,7 @@ from inorder.storage.fs import (
     resolve,
     write_bytes,
 )
+from inorder.storage.group_sync import make_durable, write_unsynced
 
 #: ``<version>.<kind>[.<attempt>].parquet``: files written before attempts were named have none.
 _FILE = re.compile(r"^(-?\d{19,20})\.(delta|snapshot)(?:\.([0-9a-f]{12}))?\.parquet$")
@@ -95,6 +97,9 @@ class CheckpointStore:
         self.root = str(root)
         self.storage_options = dict(storage_options or {})
         self._location: Location | None = None
+        #: Inside :meth:`durable_together`: the state files written, the deletions waiting.
+        self._written: list[str] | None = None
+        self._deferred: list[str] = []
 
     def __getstate__(self) -> dict[str, Any]:
         return {"root": self.root, "storage_options": self.storage_options}
@@ -103,6 +108,8 @@ class CheckpointStore:
         self.root = state["root"]
         self.storage_options = state["storage_options"]
         self._location = None
+        self._written = None
+        self._deferred = []
 
     @property
     def location(self) -> Location:
@@ -270,7 +277,11 @@ class CheckpointStore:
         data = buffer.getvalue()
         path = self.file_path(tp, version, kind, attempt)
         try:
-            write_bytes(self.location, path, data)
+            if self._written is None:
+                write_bytes(self.location, path, data)
+            else:
+                write_unsynced(path, data)
+                self._written.append(path)
         except OSError as exc:
             # A full disk or a lost mount: say which state file and that nothing was committed.
             reason = exc.strerror or str(exc).strip().splitlines()[0] or type(exc).__name__
@@ -279,6 +290,30 @@ class CheckpointStore:
                 "again once the checkpoint location is writable"
             ) from None
         return len(data)
+
+    @contextlib.contextmanager
+    def durable_together(self) -> Iterator[None]:
+        """State files written inside are made durable together when it ends.
+
+        Locally, each file is written without its own fsyncs and one sync makes them all
+        durable at the end (:mod:`inorder.storage.group_sync`); deletions wait until after
+        it, so no file a committed batch needs is deleted before the files that replace it
+        are durable. If the block raises, nothing is synced and nothing deleted (the
+        batch fails; the next attempt writes its files again). On S3 a PUT is durable when
+        it returns: nothing changes there.
+        """
+        if self._written is not None or self.location.is_s3:
+            yield
+            return
+        self._written, self._deferred = [], []
+        try:
+            yield
+            written, deferred = self._written, self._deferred
+        finally:
+            self._written, self._deferred = None, []
+        make_durable(written)
+        for path in deferred:
+            delete_quietly(self.location, path)
 
     def read_table(self, path: str) -> pa.Table:
         """Read a state file; a damaged one is a named :class:`StorageError`, never skipped."""
@@ -298,7 +333,10 @@ class CheckpointStore:
         return table
 
     def delete(self, path: str) -> None:
-        """Delete a file if present."""
+        """Delete a file if present (inside :meth:`durable_together`: when it ends)."""
+        if self._written is not None:
+            self._deferred.append(path)
+            return
         delete_quietly(self.location, path)
 
     def is_local(self) -> bool:
