@@ -39,6 +39,7 @@ import pyarrow.fs as pafs
 
 from inorder.errors import StorageError
 from inorder.storage import s3_objects
+from inorder.storage.group_sync import replace_file
 from inorder.storage.s3_settings import KNOWN_OPTIONS, S3Settings
 
 
@@ -225,20 +226,11 @@ def read_bytes_if_exists(location: Location, path: str) -> bytes | None:
 def write_bytes(location: Location, path: str, data: bytes) -> None:
     """Write a small object (overwriting); locally via a temp file + rename."""
     if location.s3 is None:
-        directory = os.path.dirname(path)
-        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
         try:
-            os.makedirs(directory, exist_ok=True)
-            with open(tmp, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, path)
+            replace_file(path, data, sync=True)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
             raise _named(exc, path) from None
-        fsync_dir(directory)
+        fsync_dir(os.path.dirname(path))
         return
     s3_objects.put(location.s3, path, data)
 

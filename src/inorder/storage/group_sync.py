@@ -30,12 +30,23 @@ SYNCFS_FROM = 8
 
 def write_unsynced(path: str, data: bytes) -> None:
     """Write a local file whole (temp file + rename) without making it durable yet."""
+    replace_file(path, data, sync=False)
+
+
+def replace_file(path: str, data: bytes, *, sync: bool) -> None:
+    """Write a local file whole: a temp file (fsynced when ``sync``) renamed over ``path``.
+
+    ``OSError`` propagates (the temp file removed) for the caller to name the file.
+    """
     directory = os.path.dirname(path)
     tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
     try:
         os.makedirs(directory, exist_ok=True)
         with open(tmp, "wb") as out:
             out.write(data)
+            if sync:
+                out.flush()
+                os.fsync(out.fileno())
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
