@@ -35,14 +35,6 @@ class CountRaw(Processor[bytes, Seen, SeenRow]):
         yield SeenRow((ctx.key or b"").decode(), state.n)
 
 
-class SlowCountRaw(CountRaw):
-    """Counts records per Kafka key, slowly: a batch long enough to watch."""
-
-    def process(self, state: Seen, msg: bytes, ctx: Context) -> Iterable[SeenRow]:
-        time.sleep(0.1)
-        yield from super().process(state, msg, ctx)
-
-
 @dataclass
 class Reading:
     site: str

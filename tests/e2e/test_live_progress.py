@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import io
 import random
+import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
-from tests.e2e.cli_jobs import GatedCountRaw, SlowCountRaw
-from tests.e2e.test_run_fatal_errors import _produce
+from tests.e2e.cli_jobs import GatedCountRaw
 
 from inorder import KafkaSource, ParquetSink, Pipeline
 from inorder.codecs.raw import RawCodec
@@ -17,12 +18,36 @@ from inorder.pipeline.progress import PlainReporter, RunningBatch, format_runnin
 from inorder.pipeline.runner import PipelineRunner
 
 
+class _OpensWhenShown(PlainReporter):
+    """Prints every running-batch status; creates ``flag`` once ``lines`` of them were shown
+    while the batch's task was still held (no task done)."""
+
+    def __init__(self, stream: io.StringIO, flag: Path, lines: int) -> None:
+        super().__init__(stream, heartbeat_seconds=0.0)
+        self.flag, self.lines, self.held = flag, lines, 0
+
+    def running(self, status: RunningBatch) -> None:
+        super().running(status)
+        if status.tasks_total and status.tasks_done == 0:
+            self.held += 1
+            if self.held >= self.lines:
+                self.flag.touch()
+
+
+@pytest.mark.timeout(600)  # a gate never opened fails, not hangs
 def test_a_running_batch_is_shown(kafka: Any, spark: Any, tmp_path: Path) -> None:
+    # The batch's first record holds its task until the runner has shown the running batch
+    # twice: the lines come from the batch while it runs, placed by that event, not by time.
     topic = kafka.new_topic(f"live-{random.randrange(10**9)}")
-    _produce(kafka.bootstrap_servers, topic, 0, 40)  # 40 x 0.1 s: one batch of ~4 s
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    producer.produce(topic, key="g", value=b"gate")
+    for i in range(39):
+        producer.produce(topic, key=f"k{i % 7}", value=b"%d" % i)
+    assert producer.flush(30) == 0
+    flag = tmp_path / "shown"
     pipeline = Pipeline(
         source=KafkaSource(bootstrap_servers=kafka.bootstrap_servers, topics=[topic]),
-        processor=SlowCountRaw(),
+        processor=GatedCountRaw(str(tmp_path / "waiting"), str(flag)),
         codec=RawCodec(),
         sink=ParquetSink(str(tmp_path / "out")),
         checkpoint=str(tmp_path / "ck"),
@@ -30,14 +55,18 @@ def test_a_running_batch_is_shown(kafka: Any, spark: Any, tmp_path: Path) -> Non
         spark_master="local[2]",
     )
     stream = io.StringIO()
-    PipelineRunner(pipeline, reporter=PlainReporter(stream, heartbeat_seconds=1.0)).run()
+    summary = PipelineRunner(pipeline, reporter=_OpensWhenShown(stream, flag, 2)).run()
+    assert summary.records == 40
     lines = stream.getvalue().splitlines()
     running = [line for line in lines if line.startswith("batch 0 running for")]
-    assert len(running) >= 2, lines
-    assert all("40 records planned" in line for line in running), running
-    assert any("tasks 0/1" in line for line in running), running
-    finished = next(i for i, line in enumerate(lines) if line.startswith("batch 0 "))
-    assert lines.index(running[0]) <= finished
+    held = [line for line in running if "tasks 0/1" in line]
+    assert len(held) >= 2, lines
+    # The two lines that opened the gate were shown before any record was applied: they say
+    # what is planned. Later ones may say how many of those are applied.
+    assert all("40 records planned" in line for line in held[:2]), held
+    assert all("40 records" in line for line in running), running
+    finished = next(i for i, line in enumerate(lines) if re.match(r"batch +0 +records", line))
+    assert lines.index(running[0]) < finished, lines
 
 
 class _Watching(PlainReporter):
@@ -54,6 +83,7 @@ class _Watching(PlainReporter):
             self.flag.touch()
 
 
+@pytest.mark.timeout(600)  # a gate never opened fails, not hangs
 def test_records_applied_show_while_the_batch_runs(kafka: Any, spark: Any, tmp_path: Path) -> None:
     # Partition 0: 30 records. Partition 1: a record that holds its task until the driver
     # has shown partition 0's 30 records as applied, then 9 more. Two tasks (local[2]), so
