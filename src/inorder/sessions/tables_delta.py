@@ -359,7 +359,7 @@ def query_dataset(path: str, storage_options: Mapping[str, str] | None = None) -
 
     loc = sfs.resolve(path, storage_options)
     table = DeltaTable(loc.delta_uri(), storage_options=loc.storage_options())
-    plain = delta_dataset(table, loc).schema
+    plain = pa.schema(table.schema().to_arrow())  # what to_pyarrow_dataset declares
     partitions = set(table.metadata().partition_columns)
     schema = pa.schema(
         [
