@@ -24,11 +24,14 @@ class _OpensWhenShown(PlainReporter):
 
     def __init__(self, stream: io.StringIO, flag: Path, lines: int) -> None:
         super().__init__(stream, heartbeat_seconds=0.0)
-        self.flag, self.lines, self.held = flag, lines, 0
+        self.stream, self.flag, self.lines, self.held = stream, flag, lines, 0
 
     def running(self, status: RunningBatch) -> None:
+        before = self.stream.tell()
         super().running(status)
-        if status.tasks_total and status.tasks_done == 0:
+        # The reporter prints nothing for a batch's first status: count lines shown, not calls.
+        shown = self.stream.tell() > before
+        if shown and status.tasks_total and status.tasks_done == 0:
             self.held += 1
             if self.held >= self.lines:
                 self.flag.touch()
