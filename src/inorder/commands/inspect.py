@@ -18,6 +18,13 @@ EXAMPLES = """examples:
   inorder inspect pipeline.toml                       last 20 batches and state sizes
   inorder inspect pipeline.toml --batches --limit 0   every batch still in the log
   inorder inspect pipeline.toml --state --json
+  inorder inspect pipeline.toml --state --topic site-a   state of one topic's partitions
+  inorder inspect pipeline.toml --all                 every offset range, a state line each
+
+At more than 10 topic-partitions a batch's line counts them and names the ranges with the
+most records; at more than 20 the state section is a summary, sized from the checkpoint's
+file listing (keys are counted with --all, --topic/--partition or --json, which loads and
+prints every partition).
   inorder inspect pipeline.toml --key session-17 --topic site-a --partition 0 --version 41
 """
 
@@ -38,8 +45,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--state", action="store_true", help="show state size per partition")
     parser.add_argument("--limit", type=int, default=20, help="newest N batches (0: all)")
     parser.add_argument("--key", help="show the state of this key (needs --topic, --partition)")
-    parser.add_argument("--topic", help="topic of --key")
-    parser.add_argument("--partition", type=int, help="partition of --key")
+    parser.add_argument("--topic", help="topic of --key; else: only its state is shown")
+    parser.add_argument(
+        "--partition", type=int, help="partition of --key; else: only its state is shown"
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="every offset range of a batch and a state line per partition, however many",
+    )
     parser.add_argument(
         "--version", type=int, help="batch version of --key (default: newest committed)"
     )
@@ -65,8 +79,24 @@ def handle(args: argparse.Namespace) -> int:
         print_report(args.json, doc, lambda: _key_lines(args, doc))
         return 0
     both = not args.batches and not args.state
-    doc = inspect_all(target, args.batches or both, args.state or both, args.limit or None)
-    print_report(args.json, doc, lambda: format_inspect(doc))
+
+    def only(tp: TopicPartition) -> bool:
+        if args.topic is not None and tp.topic != args.topic:
+            return False
+        return args.partition is None or tp.partition == args.partition
+
+    chosen = args.topic is not None or args.partition is not None
+    # JSON stays complete: every partition's state is loaded for it.
+    load = True if args.json or args.all or chosen else None
+    doc = inspect_all(
+        target,
+        args.batches or both,
+        args.state or both,
+        args.limit or None,
+        load_state=load,
+        only=only if chosen else None,
+    )
+    print_report(args.json, doc, lambda: format_inspect(doc, args.all))
     return 0
 
 

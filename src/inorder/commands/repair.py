@@ -65,6 +65,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--apply", action="store_true", help="perform the plan")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="a line per partition, however many (past 20 partitions the plan is a line "
+        "per reason of failure point by default)",
+    )
     add_run_set_option(parser)
     parser.set_defaults(func=handle)
 
@@ -86,5 +92,5 @@ def handle(args: argparse.Namespace) -> int:
     plan = plan_repair(target, at_offsets or None, at_time, args.session, args.validate)
     if args.apply:
         plan = apply_repair(target, plan)
-    print_report(args.json, plan.to_json(), plan.lines)
+    print_report(args.json, plan.to_json(), lambda: plan.lines(args.all))
     return 0

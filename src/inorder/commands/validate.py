@@ -57,6 +57,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
+        "--all",
+        action="store_true",
+        help="a line per partition, however many (past 20 partitions, those that match are "
+        "one line of totals by default)",
+    )
+    parser.add_argument(
         "--skip-tables",
         action="store_true",
         help="do not check the session tables ([tables]) against the change log",
@@ -106,7 +112,7 @@ def handle(args: argparse.Namespace) -> int:
             only=only,
             progress=progress,
         )
-        doc, lines, ok = report.to_json(), report.lines(), report.ok
+        doc, lines, ok = report.to_json(), report.lines(args.all), report.ok
         tables = None
         if not args.skip_tables and getattr(target.pipeline, "tables", None) is not None:
             from inorder.sessions.tables_check import check_pipeline_tables

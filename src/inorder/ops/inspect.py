@@ -14,22 +14,34 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from inorder.checkpoint.layout import CheckpointLayout
-from inorder.checkpoint.state_files import load_partition_state, loadable_versions, state_partitions
+from inorder.checkpoint.state_files import load_partition_state, loadable_versions
 from inorder.engine.context import from_micros
 from inorder.errors import InorderError
 from inorder.ops.batchlog import BatchEntry, BatchLog, load_batch_log
-from inorder.ops.output_files import format_output_files, output_files
+from inorder.ops.inspect_text import STATE_LISTED, format_inspect
+from inorder.ops.output_files import output_files
 from inorder.ops.replay import to_plain
 from inorder.ops.target import OpsTarget
 from inorder.pids import process_alive
 from inorder.pipeline.batch_history import read_history
 from inorder.records import TopicPartition
+from inorder.state.checkpoint import VersionFile, parse_version_file
+
+__all__ = [
+    "BatchInfo",
+    "PartitionStateInfo",
+    "batches",
+    "format_inspect",
+    "inspect_all",
+    "key_state",
+    "state_sizes",
+]
 
 
 @dataclass
@@ -51,17 +63,22 @@ class BatchInfo:
 
 @dataclass
 class PartitionStateInfo:
-    """State size of one topic-partition."""
+    """State size of one topic-partition.
+
+    ``loaded`` is false when only the checkpoint's file listing was read (many partitions,
+    no ``--all``): ``keys``, ``ignored_keys`` and ``state_bytes`` are then ``None``, unknown.
+    """
 
     topic: str
     partition: int
     version: int | None
-    keys: int
-    ignored_keys: int
-    state_bytes: int
+    keys: int | None
+    ignored_keys: int | None
+    state_bytes: int | None
     file_bytes: int
     versions: list[int] = field(default_factory=list)
     last_offset: int | None = None
+    loaded: bool = True
 
 
 def _iso(ts: float | None) -> str | None:
@@ -164,21 +181,61 @@ def batches(
     return out[-limit:] if limit else out
 
 
-def state_sizes(target: OpsTarget, log: BatchLog) -> list[PartitionStateInfo]:
-    """Per topic-partition: keys and bytes at the newest committed, loadable version."""
+def state_files(target: OpsTarget) -> dict[TopicPartition, tuple[list[VersionFile], int]]:
+    """Per topic-partition with state: its version files and their bytes (one listing)."""
+    from inorder.storage.fs import list_files
+
+    store = target.engine
+    root = store.path("state").rstrip("/")
+    found: dict[TopicPartition, tuple[list[VersionFile], int]] = {}
+    for info in list_files(store.location, root, recursive=True):
+        rel = info.path[len(root) :].strip("/").split("/")
+        if len(rel) != 3 or not rel[1].isdigit():
+            continue
+        tp = TopicPartition(rel[0], int(rel[1]))
+        files, size = found.get(tp, ([], 0))
+        file = parse_version_file(rel[2], info.path)
+        if file is not None:
+            files.append(file)
+            size += int(info.size or 0)
+        found[tp] = (files, size)
+    for files, _ in found.values():
+        files.sort(key=lambda f: (f.version, f.kind != "delta"))
+    return dict(sorted(found.items()))
+
+
+def state_sizes(
+    target: OpsTarget,
+    log: BatchLog,
+    load: bool | None = True,
+    only: Callable[[TopicPartition], bool] | None = None,
+) -> list[PartitionStateInfo]:
+    """Per topic-partition: keys and bytes at the newest committed, loadable version.
+
+    ``load=False`` reads the file listing only (versions and file bytes, no state file
+    opened): keys and state bytes are then unknown; ``None`` loads the state of at most
+    :data:`~inorder.ops.inspect_text.STATE_LISTED` partitions, else none. ``only``
+    selects topic-partitions.
+    """
     last = log.last_committed()
     out = []
-    for tp in state_partitions(target.engine):
-        files = target.engine.versions(tp)
+    selected = {tp: v for tp, v in state_files(target).items() if only is None or only(tp)}
+    if load is None:
+        load = len(selected) <= STATE_LISTED
+    for tp, (files, file_bytes) in selected.items():
         versions = loadable_versions(files)
         if last is not None:
             versions = [v for v in versions if v <= last.batch_id]
-        file_bytes = 0
-        for f in files:
-            info = target.engine.location.filesystem.get_file_info(f.path)
-            file_bytes += int(info.size or 0)
         if not versions:
             out.append(PartitionStateInfo(tp.topic, tp.partition, None, 0, 0, 0, file_bytes))
+            continue
+        if not load:
+            out.append(
+                PartitionStateInfo(
+                    tp.topic, tp.partition, versions[-1], None, None, None, file_bytes,
+                    versions, loaded=False,
+                )
+            )  # fmt: skip
             continue
         state = load_partition_state(target.engine, tp, versions[-1])
         out.append(
@@ -238,8 +295,14 @@ def inspect_all(
     want_batches: bool,
     want_state: bool,
     limit: int | None = 20,
+    load_state: bool | None = True,
+    only: Callable[[TopicPartition], bool] | None = None,
 ) -> dict[str, Any]:
-    """Batches and/or state sizes as a JSON-ready document."""
+    """Batches and/or state sizes as a JSON-ready document.
+
+    ``load_state=False`` sizes the state from the checkpoint's file listing only (see
+    :func:`state_sizes`); ``only`` selects the topic-partitions of the state section.
+    """
     log = load_batch_log(target.layout, target.engine)
     doc: dict[str, Any] = {"checkpoint": target.checkpoint_root}
     last = log.last_committed()
@@ -262,7 +325,7 @@ def inspect_all(
         if tables is not None:
             doc["tables"] = tables
     if want_state:
-        doc["state"] = [asdict(s) for s in state_sizes(target, log)]
+        doc["state"] = [asdict(s) for s in state_sizes(target, log, load_state, only)]
     return doc
 
 
@@ -284,50 +347,3 @@ def session_tables(target: OpsTarget) -> list[dict[str, Any]] | None:
 
     writer = ops_writer(target.pipeline)
     return None if writer is None else table_status(writer)
-
-
-def format_inspect(doc: dict[str, Any]) -> list[str]:
-    """Human lines for :func:`inspect_all`'s document."""
-    lines = [f"checkpoint {doc['checkpoint']}: last committed batch {doc['last_committed_batch']}"]
-    shift = int(doc.get("output_batch_offset") or 0)
-    if shift:
-        lines.append(
-            f"repaired checkpoint: its batch b is batch {shift} + b in the output "
-            "(the rows' batch_id column)"
-        )
-    if doc.get("running"):
-        lines.append(f"a run is in progress: {doc['running']}")
-    shown_batches = doc.get("batches", [])
-    newest = max((b["batch_id"] for b in shown_batches), default=None)
-    for b in shown_batches:
-        ranges = ", ".join(
-            f"{tp} {r[0] if r[0] >= 0 else '?'}..{r[1]}" for tp, r in b["ranges"].items()
-        )
-        state = "committed" if b["committed"] else "NOT committed"
-        if not b["committed"] and doc.get("running") and b["batch_id"] == newest:
-            state = "in flight"
-        dur = "?" if b["duration_seconds"] is None else f"{b['duration_seconds']:.2f} s"
-        if b.get("restarted"):
-            dur += " (re-run after a restart)" if b["committed"] else " (to re-run)"
-        shown = f"{b['batch_id']:>6}" + (f" (output {b['batch_id'] + shift})" if shift else "")
-        lines.append(
-            f"batch {shown} {state:<13} planned {b['planned_at']} took {dur} "
-            f"records {b['records_planned']:,}  {ranges}"
-        )
-    if "output_files" in doc:
-        lines.extend(format_output_files(doc["output_files"]))
-    if "output_snapshots" in doc:
-        from inorder.sinks.iceberg_history import format_snapshot
-
-        lines.extend(format_snapshot(s) for s in doc["output_snapshots"])
-    if "tables" in doc:
-        from inorder.sessions.tables_ops import format_table_status
-
-        lines.extend(format_table_status(doc["tables"]))
-    for s in doc.get("state", []):
-        lines.append(
-            f"state {s['topic']}[{s['partition']}] version {s['version']}: {s['keys']:,} keys "
-            f"({s['ignored_keys']:,} ignored), {s['state_bytes']:,} state bytes, "
-            f"{s['file_bytes']:,} file bytes, last offset {s['last_offset']}"
-        )
-    return lines

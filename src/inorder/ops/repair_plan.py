@@ -8,11 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 from inorder.checkpoint.info import CheckpointInfo
 from inorder.kafka.offsets import EARLIEST
+from inorder.listing import named, topics_and_partitions
 from inorder.ops.repair_output import OutputDeletion
 from inorder.records import TopicPartition
 
 if TYPE_CHECKING:
     from inorder.sessions.tables_ops import TableRestore
+
+#: Partitions the plan gives a line each (beyond: a line per reason of failure point).
+LISTED = 20
 
 
 @dataclass
@@ -50,6 +54,65 @@ class PartitionRepair:
             "records_scanned": self.records_scanned,
             "rows_to_delete": self.rows_to_delete,
         }
+
+
+def partition_line(p: PartitionRepair) -> str:
+    """One partition's repair, for humans."""
+    name = f"{p.topic}[{p.partition}]"
+    if p.failure_point is None:
+        where = "earliest" if p.start == EARLIEST else "latest"
+        return f"  {name}: never consumed; starts at {where}"
+    why = f", back to the start of session {p.cut_by!r}" if p.cut_by is not None else ""
+    return (
+        f"  {name}: failure point {p.failure_point} ({p.reason}); restart at "
+        f"{p.start}{why}; {p.live_sessions} live session(s); delete {p.rows_to_delete:,} "
+        "row(s)"
+    )
+
+
+def group_lines(partitions: list[PartitionRepair]) -> list[str]:
+    """The partitions' repairs grouped by the reason of their failure point: a line each
+    (the first :data:`LISTED` reasons; the rest counted in one more line)."""
+    groups: dict[str, list[PartitionRepair]] = {}
+    for p in partitions:
+        if p.failure_point is None:
+            where = "earliest" if p.start == EARLIEST else "latest"
+            key = f"never consumed; start at {where}"
+        else:
+            key = f"failure point: {p.reason}"
+        groups.setdefault(key, []).append(p)
+    out = []
+    for key, members in list(groups.items())[:LISTED]:
+        names = [str(p.tp) for p in members]
+        text = f"  {topics_and_partitions(names)}: {key}"
+        consumed = [p for p in members if p.failure_point is not None]
+        if consumed:
+            back = [
+                p for p in consumed if p.failure_point is not None and p.start < p.failure_point
+            ]
+            rows = sum(p.rows_to_delete for p in consumed)
+            live = sum(p.live_sessions for p in consumed)
+            text += (
+                f"; {len(back):,} restart before it (at a live session's start), "
+                f"{live:,} live session(s); delete {rows:,} row(s)"
+            )
+            losing = sorted(
+                (p for p in consumed if p.rows_to_delete), key=lambda p: -p.rows_to_delete
+            )
+            if losing:
+                text += ", most from " + named([f"{p.tp} ({p.rows_to_delete:,})" for p in losing])
+        else:
+            text += ": " + named(names)
+        out.append(text)
+    rest = list(groups.items())[LISTED:]
+    if rest:
+        count = sum(len(m) for _, m in rest)
+        out.append(
+            f"  ... and {count:,} partition(s) of {len(rest):,} other failure point reason(s): "
+            + named([str(p.tp) for _, m in rest for p in m])
+        )
+    out.append("  (a line per partition with --all; every value with --json)")
+    return out
 
 
 @dataclass
@@ -124,22 +187,19 @@ class RepairPlan:
             "notes": list(self.notes),
         }
 
-    def lines(self) -> list[str]:
-        """The plan for humans."""
+    def partition_lines(self, full: bool = False) -> list[str]:
+        """A line per partition; past :data:`LISTED` partitions (not ``full``) a line per
+        reason of failure point, counting its partitions, sessions and rows and naming
+        those that lose the most rows (:func:`group_lines`)."""
+        if full or len(self.partitions) <= LISTED:
+            return [partition_line(p) for p in self.partitions]
+        return group_lines(self.partitions)
+
+    def lines(self, full: bool = False) -> list[str]:
+        """The plan for humans (``full``: a line per partition, however many)."""
         verb = "repaired" if self.applied else "repair plan"
         out = [f"{verb} for {self.pipeline!r} (checkpoint {self.checkpoint})"]
-        for p in self.partitions:
-            name = f"{p.topic}[{p.partition}]"
-            if p.failure_point is None:
-                where = "earliest" if p.start == EARLIEST else "latest"
-                out.append(f"  {name}: never consumed; starts at {where}")
-                continue
-            why = f", back to the start of session {p.cut_by!r}" if p.cut_by is not None else ""
-            out.append(
-                f"  {name}: failure point {p.failure_point} ({p.reason}); restart at "
-                f"{p.start}{why}; {p.live_sessions} live session(s); delete {p.rows_to_delete:,} "
-                "row(s)"
-            )
+        out.extend(self.partition_lines(full))
         for o in self.outputs:
             extra = ""
             if o.files_rewritten or o.files_removed:

@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from inorder.listing import named, topics_and_partitions
+
+#: Partitions the report gives a line each (beyond: only those not plainly OK).
+LISTED = 20
+
 
 @dataclass
 class PartitionDiff:
@@ -115,9 +120,36 @@ class ValidationReport:
             },
         }
 
-    def lines(self) -> list[str]:
-        """Human-readable report."""
-        out = [p.line() for p in self.partitions]
+    def partition_lines(self, full: bool = False) -> list[str]:
+        """A line per partition; past :data:`LISTED` partitions (not ``full``) the partitions
+        that match are one line of totals and only the others keep a line each (the first
+        :data:`LISTED` of them; the rest named in a line, counted, never dropped)."""
+        if full or len(self.partitions) <= LISTED:
+            return [p.line() for p in self.partitions]
+        plain = [p for p in self.partitions if p.ok and p.checkable and not p.set_aside]
+        others = [p for p in self.partitions if not (p.ok and p.checkable and not p.set_aside)]
+        out = []
+        if plain:
+            names = [f"{p.topic}[{p.partition}]" for p in plain]
+            rows = sum(p.expected_rows for p in plain)
+            records = sum(p.records for p in plain)
+            out.append(
+                f"OK    {topics_and_partitions(names)}: {rows:,} rows match ({records:,} "
+                "records); --all for a line each"
+            )
+        out.extend(p.line() for p in others[:LISTED])
+        rest = others[LISTED:]
+        if rest:
+            out.append(
+                f"... and {len(rest):,} more partition(s) not plainly OK (DIFF, ASIDE or NOCHK): "
+                + named([f"{p.topic}[{p.partition}]" for p in rest])
+                + "; --all for a line each"
+            )
+        return out
+
+    def lines(self, full: bool = False) -> list[str]:
+        """Human-readable report (``full``: a line per partition, however many)."""
+        out = self.partition_lines(full)
         bad = [p for p in self.partitions if not p.ok]
         unchecked = [p for p in self.partitions if not p.checkable]
         out.append(

@@ -195,11 +195,23 @@ def _violations_text(violations: dict[str, int]) -> str:
     return ",".join(f"{rule}={count}" for rule, count in sorted(violations.items()))
 
 
+#: Partitions a progress line names with their integrity events (the rest are counted).
+PARTITIONS_NAMED = 10
+
+
 def _by_partition_text(by_partition: dict[str, dict[str, int]]) -> str:
-    return "; ".join(
+    """The partitions with the most events first, the first :data:`PARTITIONS_NAMED` named
+    with their counts, the others counted (a line stays readable at thousands of topics)."""
+    ranked = sorted(by_partition.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+    text = "; ".join(
         f"{partition}: {_violations_text(counts)}"
-        for partition, counts in sorted(by_partition.items())
+        for partition, counts in ranked[:PARTITIONS_NAMED]
     )
+    rest = ranked[PARTITIONS_NAMED:]
+    if rest:
+        events = sum(sum(counts.values()) for _, counts in rest)
+        text += f"; and {len(rest):,} more partition(s) with {events:,} event(s)"
+    return text
 
 
 def format_batch(p: BatchProgress) -> str:

@@ -86,6 +86,14 @@ class VersionFile:
     attempt: str = ""
 
 
+def parse_version_file(name: str, path: str) -> VersionFile | None:
+    """The version file named ``name`` (at ``path``), or ``None`` for any other file."""
+    m = _FILE.match(name)
+    if m is None:
+        return None
+    return VersionFile(int(m.group(1)), m.group(2), path, m.group(3) or "")
+
+
 class CheckpointStore:
     """Reads and writes the engine's files under one checkpoint root.
 
@@ -257,9 +265,9 @@ class CheckpointStore:
         """All delta and snapshot files of ``tp``, by version (delta before snapshot)."""
         found: list[VersionFile] = []
         for info in list_files(self.location, self.partition_dir(tp)):
-            m = _FILE.match(info.base_name)
-            if m:
-                found.append(VersionFile(int(m.group(1)), m.group(2), info.path, m.group(3) or ""))
+            file = parse_version_file(info.base_name, info.path)
+            if file is not None:
+                found.append(file)
         found.sort(key=lambda f: (f.version, f.kind != "delta"))
         return found
 

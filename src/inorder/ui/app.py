@@ -3,8 +3,8 @@
 Routes (``NAME`` is the pipeline's name; any other name is 404)::
 
     GET /                              redirects to the pipeline's page
-    GET /pipelines/NAME                the page
-    GET /pipelines/NAME/live           its live part (HTML; the page fetches it)
+    GET /pipelines/NAME[?page=N]       the page (N: the rows of its per-partition tables)
+    GET /pipelines/NAME/live[?page=N]  its live part (HTML; the page fetches it)
     GET /pipelines/NAME/status.json    everything the page shows, as JSON
     GET /healthz                       "ok" (no token needed: for probes)
 
@@ -177,10 +177,12 @@ def create_app(source: StatusSource, token: str | None = None) -> ASGIApp:
 
     async def page(request: Request) -> Response:
         doc = await status_doc(request)
-        return HTMLResponse(render_page(doc, f"{base}/live", LIVE_EVERY_MS))
+        number = _page(request)
+        live_src = f"{base}/live" + (f"?page={number}" if number > 1 else "")
+        return HTMLResponse(render_page(doc, live_src, LIVE_EVERY_MS, number))
 
     async def live(request: Request) -> Response:
-        return HTMLResponse(render_live(await status_doc(request)))
+        return HTMLResponse(render_live(await status_doc(request), _page(request)))
 
     async def status_json(request: Request) -> Response:
         return JSONResponse(await status_doc(request))
@@ -223,6 +225,12 @@ def create_app(source: StatusSource, token: str | None = None) -> ASGIApp:
         },
     )
     return Guard(app, token)
+
+
+def _page(request: Request) -> int:
+    """The ``?page=N`` of the per-partition tables (1 when absent or not a number)."""
+    text = request.query_params.get("page", "1")
+    return int(text) if text.isdigit() and len(text) < 9 else 1
 
 
 class _NotFound(Exception):
