@@ -196,7 +196,7 @@ def _violations_text(violations: dict[str, int]) -> str:
 
 
 #: Partitions a progress line names with their integrity events (the rest are counted).
-PARTITIONS_NAMED = 10
+PARTITIONS_NAMED = 5
 
 
 def _by_partition_text(by_partition: dict[str, dict[str, int]]) -> str:
