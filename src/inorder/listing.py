@@ -9,7 +9,7 @@ and behind ``--all``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 #: Items a summarised list names before counting the rest.
 NAMED = 5
@@ -34,3 +34,31 @@ def topics_and_partitions(names: Iterable[str]) -> str:
     tps = list(names)
     topics = {name.rpartition("[")[0] or name for name in tps}
     return f"{count(len(topics), 'topic')}, {count(len(tps), 'partition')}"
+
+
+#: Offset ranges a line lists one by one (beyond: counts and the largest ranges).
+RANGES_LISTED = 10
+
+
+def ranges_text(
+    ranges: Mapping[str, Sequence[int]],
+    render: Callable[[str, Sequence[int]], str],
+    full: bool = False,
+) -> str:
+    """Offset ranges by ``topic[p]``, each ``render``-ed: all of them up to
+    :data:`RANGES_LISTED` (or ``full``), else the counts and the :data:`NAMED` ranges with
+    the most offsets (a range starting below 0 is of unknown start)."""
+    if full or len(ranges) <= RANGES_LISTED:
+        return ", ".join(render(tp, r) for tp, r in ranges.items())
+
+    def size(r: Sequence[int]) -> int:
+        return r[1] - r[0] if r[0] >= 0 else 0
+
+    filled = sorted((i for i in ranges.items() if size(i[1]) > 0), key=lambda i: -size(i[1]))
+    text = f"{topics_and_partitions(ranges)}, {len(filled):,} with records"
+    unknown = sum(1 for r in ranges.values() if r[0] < 0)
+    if unknown:
+        text += f", {unknown:,} of unknown start"
+    if filled:
+        text += ": " + named([render(tp, r) for tp, r in filled])
+    return text

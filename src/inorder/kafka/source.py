@@ -53,11 +53,15 @@ from inorder.kafka.planning import (
     should_wait,
     split_ranges,
 )
+from inorder.listing import named
 from inorder.records import KAFKA_SPARK_DDL, TopicPartition
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "inorder-kafka"
+
+#: Partitions an error message names (the rest are counted).
+LISTED_PARTITIONS = 10
 
 
 class KafkaInputPartition(InputPartition):
@@ -218,9 +222,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             more, failed = self._client().watermarks(failed)
             marks.update(more)
         if failed:
-            names = ", ".join(str(tp) for tp in sorted(failed))
+            names = named([str(tp) for tp in sorted(failed)], LISTED_PARTITIONS)
             raise InorderError(
-                f"Trigger.AvailableNow: the end offsets of {names} could not be read within "
+                f"Trigger.AvailableNow: the end offsets of {len(failed):,} partition(s) "
+                f"({names}) could not be read within "
                 f"{self._options.metadata_timeout_ms} ms (inorder.metadataTimeoutMs)"
             )
         self._target = {tp: wm.high for tp, wm in marks.items()}
@@ -364,8 +369,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             missing = [str(tp) for tp in new if tp not in opts.starting_positions]
             if missing:
                 raise ConfigError(
-                    "startingOffsets: no offset given for "
-                    + ", ".join(missing)
+                    f"startingOffsets: no offset given for {len(missing):,} partition(s) "
+                    + f"({named(missing, LISTED_PARTITIONS)})"
                     + f" (use {EARLIEST} for earliest, {LATEST} for latest)"
                 )
             out = {}
@@ -381,7 +386,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             missing = [str(tp) for tp in new if tp not in opts.starting_timestamps]
             if missing:
                 raise ConfigError(
-                    "startingOffsetsByTimestamp: no timestamp given for " + ", ".join(missing)
+                    f"startingOffsetsByTimestamp: no timestamp given for {len(missing):,} "
+                    f"partition(s) ({named(missing, LISTED_PARTITIONS)})"
                 )
             times = {tp: opts.starting_timestamps[tp] for tp in new}
         found = self._client().offsets_for_times(times)

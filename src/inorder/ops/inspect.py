@@ -209,19 +209,19 @@ def state_sizes(
     log: BatchLog,
     load: bool | None = True,
     only: Callable[[TopicPartition], bool] | None = None,
+    load_max: int = STATE_LISTED,
 ) -> list[PartitionStateInfo]:
     """Per topic-partition: keys and bytes at the newest committed, loadable version.
 
     ``load=False`` reads the file listing only (versions and file bytes, no state file
     opened): keys and state bytes are then unknown; ``None`` loads the state of at most
-    :data:`~inorder.ops.inspect_text.STATE_LISTED` partitions, else none. ``only``
-    selects topic-partitions.
+    ``load_max`` partitions, else none. ``only`` selects topic-partitions.
     """
     last = log.last_committed()
     out = []
     selected = {tp: v for tp, v in state_files(target).items() if only is None or only(tp)}
     if load is None:
-        load = len(selected) <= STATE_LISTED
+        load = len(selected) <= load_max
     for tp, (files, file_bytes) in selected.items():
         versions = loadable_versions(files)
         if last is not None:

@@ -1,9 +1,9 @@
 """``inorder inspect``'s human lines: one line a batch and a state section that stay readable
 at thousands of topic-partitions.
 
-A batch names its offset ranges one by one up to :data:`RANGES_LISTED` topic-partitions;
-past that its line counts topics and partitions and names the ranges with the most records
-(``--all`` lists every range). The state section is one line a partition up to
+A batch names its offset ranges one by one up to :data:`~inorder.listing.RANGES_LISTED`
+topic-partitions; past that its line counts topics and partitions and names the ranges with
+the most records (``--all`` lists every range). The state section is one line a partition up to
 :data:`STATE_LISTED` partitions, else a summary: totals, the largest partitions, and every
 partition without a committed version counted and the first of them named.
 """
@@ -13,11 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from inorder.listing import NAMED, count, named, topics_and_partitions
+from inorder.listing import NAMED, count, named, ranges_text, topics_and_partitions
 from inorder.ops.output_files import format_output_files
 
-#: Topic-partitions a batch line lists one by one (beyond: a summary).
-RANGES_LISTED = 10
 #: Topic-partitions the state section shows a line each (beyond: a summary).
 STATE_LISTED = 20
 
@@ -28,21 +26,7 @@ def _range(tp: str, r: Sequence[int]) -> str:
 
 def format_ranges(ranges: Mapping[str, Sequence[int]], full: bool = False) -> str:
     """A batch's offset ranges: each one, or (many, not ``full``) counts and the largest."""
-    if full or len(ranges) <= RANGES_LISTED:
-        return ", ".join(_range(tp, r) for tp, r in ranges.items())
-
-    def size(item: tuple[str, Sequence[int]]) -> int:
-        start, end = item[1][0], item[1][1]
-        return end - start if start >= 0 else 0
-
-    with_records = sorted((i for i in ranges.items() if size(i) > 0), key=lambda i: -size(i))
-    unknown = sum(1 for r in ranges.values() if r[0] < 0)
-    text = f"{topics_and_partitions(ranges)}, {len(with_records):,} with records"
-    if unknown:
-        text += f", {unknown:,} of unknown start"
-    if with_records:
-        text += ": " + named([_range(tp, r) for tp, r in with_records])
-    return text
+    return ranges_text(ranges, _range, full)
 
 
 def _batch_line(b: Mapping[str, Any], doc: Mapping[str, Any], newest: Any, full: bool) -> str:
@@ -138,10 +122,10 @@ def format_inspect(doc: dict[str, Any], full: bool = False) -> list[str]:
     if "output_snapshots" in doc:
         from inorder.sinks.iceberg_history import format_snapshot
 
-        lines.extend(format_snapshot(s) for s in doc["output_snapshots"])
+        lines.extend(format_snapshot(s, full) for s in doc["output_snapshots"])
     if "tables" in doc:
         from inorder.sessions.tables_ops import format_table_status
 
-        lines.extend(format_table_status(doc["tables"]))
+        lines.extend(format_table_status(doc["tables"], full))
     lines.extend(format_state(doc.get("state", []), full))
     return lines

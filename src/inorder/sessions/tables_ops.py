@@ -207,8 +207,11 @@ def table_status(writer: SessionTablesWriter, limit: int = 3) -> list[dict[str, 
     return out
 
 
-def format_table_status(tables: list[dict[str, Any]]) -> list[str]:
-    """Human lines for :func:`table_status`."""
+def format_table_status(tables: list[dict[str, Any]], full: bool = False) -> list[str]:
+    """Human lines for :func:`table_status` (``full``: every offset range of a commit, not
+    a summary past :data:`~inorder.listing.RANGES_LISTED` topic-partitions)."""
+    from inorder.listing import ranges_text
+
     lines = []
     for t in tables:
         if not t["exists"]:
@@ -225,6 +228,6 @@ def format_table_status(tables: list[dict[str, Any]]) -> list[str]:
                 if c["first_batch"] in (None, c["batch"])
                 else f"batches {c['first_batch']}..{c['batch']}"
             )
-            offsets = ", ".join(f"{tp} {lo}..{hi}" for tp, (lo, hi) in c["offsets"].items())
+            offsets = ranges_text(c["offsets"], lambda tp, r: f"{tp} {r[0]}..{r[1]}", full)
             lines.append(f"  {version} {c['version']}: {batches}  {offsets or '(no rows)'}")
     return lines

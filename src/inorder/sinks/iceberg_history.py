@@ -182,16 +182,19 @@ def snapshot_history(table: Table, limit: int | None = None) -> list[SnapshotInf
     return out
 
 
-def format_snapshot(s: Mapping[str, object]) -> str:
-    """One human line for a :class:`SnapshotInfo` as a dict."""
+def format_snapshot(s: Mapping[str, object], full: bool = False) -> str:
+    """One human line for a :class:`SnapshotInfo` as a dict (``full``: every offset range,
+    not a summary past :data:`~inorder.listing.RANGES_LISTED` topic-partitions)."""
+    from inorder.listing import ranges_text
+
     offsets = s.get("offsets") or {}
     assert isinstance(offsets, dict)
     if s["kind"] == "batch":
         what = f"batch {s['batch_id']}"
-        ranges = ", ".join(f"{tp} [{a}, {b})" for tp, (a, b) in offsets.items())
+        ranges = ranges_text(offsets, lambda tp, r: f"{tp} [{r[0]}, {r[1]})", full)
     elif s["kind"] == REPAIR:
         what = "repair"
-        ranges = ", ".join(f"{tp} deleted from {a}" for tp, (a, _) in offsets.items())
+        ranges = ranges_text(offsets, lambda tp, r: f"{tp} deleted from {r[0]}", full)
     else:
         what, ranges = str(s["kind"]), ""
     return (

@@ -37,6 +37,15 @@ def _card(label: str, value: str, ident: str) -> str:
     )
 
 
+def _state_keys(doc: Mapping[str, Any]) -> str:
+    """The state's keys: summed over the partitions when each was opened, else the run's
+    count at its newest recorded batch."""
+    state = doc["state"]
+    if all(s.get("loaded", True) for s in state):
+        return num(sum(s["keys"] for s in state))
+    return num(doc.get("state_keys"))
+
+
 def _cards(doc: Mapping[str, Any]) -> str:
     parts = doc["partitions"]
     lags = [p["lag"] for p in parts if p["lag"] is not None]
@@ -51,7 +60,7 @@ def _cards(doc: Mapping[str, Any]) -> str:
                 _card("batches in the log", num(doc["batches_in_log"]), "batch-count"),
                 _card("lag (records)", num(sum(lags)) if lags else num(None), "total-lag"),
                 _card("records/s", num(round(sum(rates), 1)) if rates else num(None), "total-rate"),
-                _card("state keys", num(sum(s["keys"] or 0 for s in doc["state"])), "state-keys"),
+                _card("state keys", _state_keys(doc), "state-keys"),
                 _card("output rows", num(out.get("rows")), "output-rows"),
                 _card("output files", num(out.get("files")), "output-files"),
                 _card(

@@ -163,12 +163,17 @@ def ignored_lines(doc: Mapping[str, Any]) -> str:
 def _state_summary(state: Sequence[Mapping[str, Any]]) -> str:
     if len(state) <= PAGE_ROWS:
         return ""
-    keys = sum(s["keys"] or 0 for s in state)
-    text = (
-        f"{topics_and_partitions(map(_tp, state))}: {keys:,} keys, "
-        f"{size_bytes(sum(s['state_bytes'] or 0 for s in state))} state, "
-        f"{size_bytes(sum(s['file_bytes'] for s in state))} files"
-    )
+    files = size_bytes(sum(s["file_bytes"] for s in state))
+    if all(s.get("loaded", True) for s in state):
+        keys = sum(s["keys"] for s in state)
+        state_bytes = size_bytes(sum(s["state_bytes"] for s in state))
+        sizes = f"{keys:,} keys, {state_bytes} state, {files} files"
+    else:
+        sizes = (
+            f"{files} files; keys and state bytes not opened at this many partitions "
+            "(inorder inspect --state --topic T opens a topic's)"
+        )
+    text = f"{topics_and_partitions(map(_tp, state))}: {sizes}"
     missing = [_tp(s) for s in state if s["version"] is None]
     extra = ""
     if missing:
