@@ -9,6 +9,7 @@ One simulation and one run serve the whole module (the topics are created once).
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from tests.e2e.test_status_page import (  # noqa: F401 (the browser fixture)
+    CHROMEDRIVER,
+    CHROMIUM,
+    WAIT,
+    browser,
+)
 from tests.fixtures.sessions_job import TWO_LOCAL_CORES, sessions_config
 from tests.integration.test_validate import cli
 
@@ -143,3 +150,43 @@ def test_status_page_paginates_and_names_the_topics_behind(kafka: Any, many: Man
     last = render_live(doc, 20)
     assert "page 20 of 20" in last and f'data-tp="{many.topics[-1]}[0]"' in last
     assert "3 behind (6 records)" in last
+
+
+@pytest.mark.skipif(
+    not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+    reason="needs Debian's chromium and chromium-driver",
+)
+def test_status_page_in_a_browser_pages_and_keeps_its_page_live(
+    many: ManyTopics,
+    browser: Any,  # noqa: F811
+) -> None:
+    """The page's "next" link shows rows 51-100, and the live update that follows keeps
+    them (it fetches the same page), in a real browser."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from inorder.ui.app import create_app
+    from inorder.ui.server import UiServer
+    from inorder.ui.status import StatusSource
+
+    source = StatusSource(str(many.toml), load_target(str(many.toml)))
+    server = UiServer(create_app(source)).start()
+    try:
+        browser.get(f"{server.url}/pipelines/many")
+        rows = browser.find_elements(By.CSS_SELECTOR, "tr[data-tp]")
+        assert len(rows) == 50 and rows[0].get_attribute("data-tp") == f"{many.topics[0]}[0]"
+        browser.find_element(By.CSS_SELECTOR, 'a[data-page="2"]').click()
+        WebDriverWait(browser, WAIT, poll_frequency=0.5).until(
+            lambda d: d.current_url.endswith("?page=2")
+        )
+        live = browser.find_element(By.ID, "live")
+        updates = int(live.get_attribute("data-updates"))
+        WebDriverWait(browser, WAIT, poll_frequency=0.5).until(
+            lambda d: int(d.find_element(By.ID, "live").get_attribute("data-updates")) > updates
+        )
+        rows = browser.find_elements(By.CSS_SELECTOR, "tr[data-tp]")
+        assert len(rows) == 50 and rows[0].get_attribute("data-tp") == f"{many.topics[50]}[0]"
+        assert "page 2 of 20" in browser.find_element(By.CSS_SELECTOR, "[data-field=pages]").text
+        assert len(browser.page_source) < 200_000
+    finally:
+        server.stop()

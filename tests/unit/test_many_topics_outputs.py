@@ -166,3 +166,29 @@ def test_status_page_paginates_and_names_what_is_behind_on_every_page() -> None:
     last = render_live(doc, 999)  # past the end: the last page
     assert "page 80 of 80" in last and 'data-tp="site-0999[3]"' in last
     assert len(doc["partitions"]) == before  # the document (status.json) stays whole
+
+
+def test_iceberg_snapshots_and_session_table_commits_summarise_their_ranges() -> None:
+    from inorder.sessions.tables_ops import format_table_status
+    from inorder.sinks.iceberg_history import format_snapshot
+
+    offsets = {f"{t}[{p}]": [0, 5] for t, p in tps(4)}
+    offsets["site-0321[1]"] = [0, 50]
+    snapshot = {
+        "snapshot_id": 1, "committed_at": "t", "operation": "append", "kind": "batch",
+        "batch_id": 3, "added_records": 1, "deleted_records": 0, "total_records": 1,
+        "offsets": offsets,
+    }  # fmt: skip
+    line = format_snapshot(snapshot)
+    assert len(line) <= LINE
+    assert "1,000 topics, 4,000 partitions, 4,000 with records: site-0321[1] [0, 50)" in line
+    assert format_snapshot(snapshot, full=True).count(" [0, ") == 4000
+    table = {
+        "exists": True, "table": "current", "path": "p", "format": "delta", "version": 4,
+        "last_batch": 3,
+        "commits": [{"version": 4, "batch": 3, "first_batch": 3, "offsets": offsets}],
+    }  # fmt: skip
+    lines = format_table_status([table])
+    bounded(lines, 2)
+    assert "1,000 topics, 4,000 partitions" in lines[1] and "site-0321[1] 0..50" in lines[1]
+    assert format_table_status([table], full=True)[1].count("..") == 4000
