@@ -233,3 +233,18 @@ def test_healthz_is_open_reveals_nothing_and_the_docs_say_so(
     token = token[: token.index("\n* ")]
     assert "every request except `/healthz` needs it" in token, token
     assert "answers `ok` to anyone" in token, token
+
+
+def test_page_parameter_reaches_the_live_part(served: tuple[UiServer, Path]) -> None:
+    """``?page=N`` selects the per-partition tables' rows; the page's live updates fetch the
+    same page, and anything but a small number is page 1."""
+    server, _ = served
+    status, _, body = get(server, f"/pipelines/{NAME}?page=3", AUTH)
+    assert status == 200, body
+    assert f'data-src="/pipelines/{NAME}/live?page=3"' in body
+    for page in ("x", "-1", "99999999999", ""):
+        status, _, body = get(server, f"/pipelines/{NAME}?page={page}", AUTH)
+        assert status == 200, body
+        assert f'data-src="/pipelines/{NAME}/live"' in body
+    status, _, body = get(server, f"/pipelines/{NAME}/live?page=2", AUTH)
+    assert status == 200 and "Topic-partitions" in body
