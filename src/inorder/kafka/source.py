@@ -281,12 +281,23 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             target=self._target,
             tick=tick,
         )
-        for event in result.losses:
+        for i, event in enumerate(result.losses):
             if opts.fail_on_data_loss:
                 raise DataLossError(event.message())
-            log.warning("inorder-kafka: skipping: %s", event.message())
-        for tp in result.pruned:
-            log.warning("inorder-kafka: %s is gone; pruned from the plan", tp)
+            if i < LISTED_PARTITIONS:
+                log.warning("inorder-kafka: skipping: %s", event.message())
+        if len(result.losses) > LISTED_PARTITIONS:
+            log.warning(
+                "inorder-kafka: skipping lost offsets of %d more partition(s) too",
+                len(result.losses) - LISTED_PARTITIONS,
+            )
+        if result.pruned:
+            # Deleting the topics of many sites at once: one line, not one per partition.
+            log.warning(
+                "inorder-kafka: %d partition(s) gone; pruned from the plan: %s",
+                len(result.pruned),
+                named([str(tp) for tp in result.pruned], LISTED_PARTITIONS),
+            )
         for tp, wm in marks.items():
             self._last_high[tp] = wm.high
         for tp in result.pruned:
