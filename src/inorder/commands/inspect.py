@@ -20,12 +20,12 @@ EXAMPLES = """examples:
   inorder inspect pipeline.toml --state --json
   inorder inspect pipeline.toml --state --topic site-a   state of one topic's partitions
   inorder inspect pipeline.toml --all                 every offset range, a state line each
+  inorder inspect pipeline.toml --key session-17 --topic site-a --partition 0 --version 41
 
 At more than 10 topic-partitions a batch's line counts them and names the ranges with the
 most records; at more than 20 the state section is a summary, sized from the checkpoint's
 file listing (keys are counted with --all, --topic/--partition or --json, which loads and
 prints every partition).
-  inorder inspect pipeline.toml --key session-17 --topic site-a --partition 0 --version 41
 """
 
 
@@ -45,9 +45,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--state", action="store_true", help="show state size per partition")
     parser.add_argument("--limit", type=int, default=20, help="newest N batches (0: all)")
     parser.add_argument("--key", help="show the state of this key (needs --topic, --partition)")
-    parser.add_argument("--topic", help="topic of --key; else: only its state is shown")
     parser.add_argument(
-        "--partition", type=int, help="partition of --key; else: only its state is shown"
+        "--topic", help="topic of --key; without --key the state section shows its partitions"
+    )
+    parser.add_argument(
+        "--partition",
+        type=int,
+        help="partition of --key; without --key the state section shows it (of every topic "
+        "unless --topic)",
     )
     parser.add_argument(
         "--all",
