@@ -1,9 +1,12 @@
-"""The operations tools over a real run of 1,000 topics (one partition each) on the local
+"""The operations tools over a real run of many topics (one partition each) on the local
 broker: ``inspect``, ``validate``, ``repair``'s plan and the status page summarise (few,
 short lines; a page of bounded size), their JSON stays complete, and partitions that are
 behind are named on the page, not lost among a thousand rows.
 
-One simulation and one run serve the whole module (the topics are created once).
+One simulation and one run serve the whole module (the topics are created once). 150 topics
+cross every threshold at which an output starts to summarise (10 and 20 lines, 50 rows a page,
+100 partitions' state opened by the page); tests/unit/test_many_topics_outputs.py checks the
+same outputs at 1,000 and 4,000 topic-partitions without a broker.
 """
 
 from __future__ import annotations
@@ -32,7 +35,11 @@ from inorder.dev.sim_config import SimulationConfig
 from inorder.dev.sim_model import FaultRates
 from inorder.dev.simulator import simulate
 
-TOPICS = 1000
+TOPICS = 150
+#: ``150 topics, 150 partitions``: how the outputs count them.
+COUNTED = f"{TOPICS:,} topics, {TOPICS:,} partitions"
+#: Rows a page of the status page shows.
+PAGE = 50
 #: The longest line a summarised output may print.
 LINE = 400
 
@@ -80,9 +87,9 @@ def test_inspect_summarises_and_its_json_and_all_stay_complete(many: ManyTopics)
     lines = bounded(done.stdout, 10)
     batches = [line for line in lines if line.startswith("batch ")]
     assert len(batches) >= 2
-    assert all("1,000 topics, 1,000 partitions" in line for line in batches)
-    state = next(line for line in lines if line.startswith("state: 1,000 topics"))
-    assert "keys and state bytes not loaded at 1,000 partitions" in state
+    assert all(COUNTED in line for line in batches)
+    state = next(line for line in lines if line.startswith(f"state: {TOPICS:,} topics"))
+    assert f"keys and state bytes not loaded at {TOPICS:,} partitions" in state
 
     done = cli("inspect", str(many.toml), "--json", timeout=600)
     assert done.returncode == 0, done.stderr
@@ -104,21 +111,21 @@ def test_inspect_summarises_and_its_json_and_all_stay_complete(many: ManyTopics)
     assert " keys (" in lines[1]  # loaded: its keys are counted
 
 
-def test_validate_and_repair_summarise_a_thousand_partitions(many: ManyTopics) -> None:
+def test_validate_and_repair_summarise_many_partitions(many: ManyTopics) -> None:
     from inorder.ops.repair import plan_repair
     from inorder.ops.validate import validate
 
     target = load_target(str(many.toml))
     report = validate(target)
     lines = bounded("\n".join(report.lines()), 3)
-    assert lines[0].startswith("OK    1,000 topics, 1,000 partitions: ")
-    assert lines[-1] == "1000 partition(s) checked, no discrepancy"
+    assert lines[0].startswith(f"OK    {COUNTED}: ")
+    assert lines[-1] == f"{TOPICS} partition(s) checked, no discrepancy"
     assert len(report.to_json()["partitions"]) == TOPICS
     assert len(report.lines(full=True)) == TOPICS + 1
 
     plan = plan_repair(target)
     lines = bounded("\n".join(plan.lines()), 8)
-    assert "1,000 topics, 1,000 partitions: failure point: end of batch" in lines[1]
+    assert f"{COUNTED}: failure point: end of batch" in lines[1]
     assert len(plan.to_json()["partitions"]) == TOPICS
     assert len(plan.lines(full=True)) >= TOPICS + 3
 
@@ -128,7 +135,7 @@ def test_status_page_paginates_and_names_the_topics_behind(kafka: Any, many: Man
     from inorder.ui.status import StatusSource
 
     # Three topics get records the run has not read: they are behind.
-    behind = [many.topics[3], many.topics[500], many.topics[998]]
+    behind = [many.topics[3], many.topics[TOPICS // 2], many.topics[TOPICS - 2]]
     producer = Producer(kafka.producer_config())
     for n, topic in enumerate(behind):
         for _ in range(n + 1):
@@ -142,13 +149,14 @@ def test_status_page_paginates_and_names_the_topics_behind(kafka: Any, many: Man
     assert lags == {behind[0]: 1, behind[1]: 2, behind[2]: 3}
     html = render_page(doc, "/live", 3000)
     assert len(html) < 150_000, len(html)
-    assert html.count("<tr data-tp=") == 50
-    assert "1,000 topics, 1,000 partitions" in html
+    assert html.count("<tr data-tp=") == PAGE
+    assert COUNTED in html
     assert f"3 behind (6 records): {behind[2]}[0] (3), {behind[1]}[0] (2), {behind[0]}[0] (1)" in (
         html
     )
-    last = render_live(doc, 20)
-    assert "page 20 of 20" in last and f'data-tp="{many.topics[-1]}[0]"' in last
+    pages = -(-TOPICS // PAGE)
+    last = render_live(doc, pages)
+    assert f"page {pages} of {pages}" in last and f'data-tp="{many.topics[-1]}[0]"' in last
     assert "3 behind (6 records)" in last
 
 
@@ -174,7 +182,7 @@ def test_status_page_in_a_browser_pages_and_keeps_its_page_live(
     try:
         browser.get(f"{server.url}/pipelines/many")
         rows = browser.find_elements(By.CSS_SELECTOR, "tr[data-tp]")
-        assert len(rows) == 50 and rows[0].get_attribute("data-tp") == f"{many.topics[0]}[0]"
+        assert len(rows) == PAGE and rows[0].get_attribute("data-tp") == f"{many.topics[0]}[0]"
         browser.find_element(By.CSS_SELECTOR, 'a[data-page="2"]').click()
         WebDriverWait(browser, WAIT, poll_frequency=0.5).until(
             lambda d: d.current_url.endswith("?page=2")
@@ -185,8 +193,12 @@ def test_status_page_in_a_browser_pages_and_keeps_its_page_live(
             lambda d: int(d.find_element(By.ID, "live").get_attribute("data-updates")) > updates
         )
         rows = browser.find_elements(By.CSS_SELECTOR, "tr[data-tp]")
-        assert len(rows) == 50 and rows[0].get_attribute("data-tp") == f"{many.topics[50]}[0]"
-        assert "page 2 of 20" in browser.find_element(By.CSS_SELECTOR, "[data-field=pages]").text
+        assert len(rows) == PAGE
+        assert rows[0].get_attribute("data-tp") == f"{many.topics[PAGE]}[0]"
+        assert (
+            f"page 2 of {-(-TOPICS // PAGE)}"
+            in browser.find_element(By.CSS_SELECTOR, "[data-field=pages]").text
+        )
         assert len(browser.page_source) < 200_000
     finally:
         server.stop()
