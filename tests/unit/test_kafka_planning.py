@@ -543,4 +543,3 @@ def test_range_groups_deal_whole_topics_when_that_is_as_even() -> None:
     assert groups[0][:4] == [("s000", 0), ("s000", 1), ("s000", 2), ("s000", 3)]
     # Fewer topics than that spreads evenly (10 topics over 8 groups): partitions are dealt.
     assert sorted(len(g) for g in members(many, 8)) == [5] * 8
-
