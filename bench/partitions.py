@@ -21,8 +21,8 @@ Reported per N and contender (medians over rounds): steady CPU per record (from 
 batch's commit to the last's, whole tree), steady seconds per batch (the batches after the
 first), the tasks' own phases summed over partitions per batch (``load``: opening state,
 ``state``: the state delta, ``write``: output, ``read``: Kafka, ``apply``) and the driver's
-``commit``, each also as milliseconds per topic-partition per batch, plus output files and
-checkpoint bytes at the end.
+``commit``, each also as milliseconds per topic-partition per batch, plus the output files
+a steady batch committed, and output files and checkpoint bytes at the end.
 """
 
 from __future__ import annotations
@@ -109,6 +109,7 @@ def run_once(
         for k, v in (e.get("state_opens") or {}).items():
             opens[k] = opens.get(k, 0) + int(v)
     result["opens"] = {k: v // len(steady) for k, v in opens.items()}
+    result["batch_files"] = common.median([float(e.get("output_files", 0)) for e in steady])
     result["files"] = _tree_bytes(f"{work}/output")[0]
     result["checkpoint"] = _tree_bytes(f"{work}/checkpoint")[1]
     return result
@@ -131,7 +132,8 @@ def _line(n: int, r: dict[str, Any]) -> str:
     return (
         f"{n:>5} tp {r['kind']:<16} steady {r['steady_us']:6.1f} us/rec "
         f"{r['steady_rate']:>8,.0f} rec/s  {r['batch_s']:.2f} s/batch  wall {r['wall']:.1f} s "
-        f"cpu {r['cpu']:.1f} s  [{phases}] opens {r['opens']}  files {r['files']}  "
+        f"cpu {r['cpu']:.1f} s  [{phases}] opens {r['opens']}  files {r['batch_files']:.0f} per "
+        f"batch, {r['files']} in all  "
         f"checkpoint {r['checkpoint'] / 1e6:.1f} MB  load {r['load']:.1f}"
     )
 
@@ -157,6 +159,7 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], max_offsets: in
                 f"{per_tp:.2f}",
                 phases,
                 f"{med([r['wall'] for r in rs]):.1f}",
+                int(med([r["batch_files"] for r in rs])),
                 int(med([r["files"] for r in rs])),
                 f"{med([r['checkpoint'] for r in rs]) / 1e6:.1f}",
                 len(rs),
@@ -173,12 +176,13 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], max_offsets: in
             "ms per tp per batch",
             "ms per tp per batch: " + " / ".join(PHASES),
             "wall s",
+            "output files per batch",
             "output files",
             "checkpoint MB",
             "runs",
         ],
         rows,
-        right=(0, *range(2, 12)),
+        right=(0, *range(2, 13)),
     )
 
 

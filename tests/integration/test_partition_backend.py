@@ -21,7 +21,7 @@ from inorder.engine.reference import ReferenceRunner
 from inorder.errors import ConfigError, IntegrityError
 from inorder.integrity import Integrity
 from inorder.records import KafkaRecord, TopicPartition
-from inorder.sinks.parquet import ParquetSink, committed_files
+from inorder.sinks.parquet import ParquetSink, committed_files, read_committed
 from inorder.testing.memory import records_dataframe
 
 
@@ -112,6 +112,56 @@ def test_partitions_are_coalesced_into_one_task_per_core(spark: Any, tmp_path: P
     one_per_partition = make_backend(tmp_path / "uncoalesced")
     one_per_partition.max_tasks = 0
     assert one_per_partition.plan(df, 0).rdd.getNumPartitions() == 6
+
+
+def test_a_task_writes_one_file_per_topic_for_all_its_partitions(
+    spark: Any, tmp_path: Path
+) -> None:
+    from inorder.ops.verify import verify
+
+    batches = [
+        [
+            record(o, "ab"[o % 2], v=o, t=float(o), topic=topic, partition=p)
+            for topic in ("s1", "s2")
+            for p in range(4)
+            for o in range(first, first + 3)
+        ]
+        for first in (0, 3)
+    ]
+    tps = _tps(batches)
+    register_for_spark()
+    sink = ParquetSink(str(tmp_path / "out"), partition_by=["topic"])
+    backend = PartitionBackend(
+        Tallier(), MsgCodec(), Integrity.strict(), checkpoint=str(tmp_path / "ckpt"), sink=sink
+    )
+    backend.max_tasks = 1  # one task applies all eight topic-partitions
+    reports = [
+        backend.run_batch(records_dataframe(spark, b, tps), i) for i, b in enumerate(batches)
+    ]
+    assert [r.output_files for r in reports] == [2, 2]
+    files = committed_files(str(tmp_path / "out"))
+    assert sorted((f.path.split("/")[0], f.path.rsplit("-", 2)[1]) for f in files) == [
+        ("topic=s1", "0000000000"),
+        ("topic=s1", "0000000001"),
+        ("topic=s2", "0000000000"),
+        ("topic=s2", "0000000001"),
+    ]
+    # Each file holds the rows of its topic's four partitions, every row with its origin.
+    for f in files:
+        table = pq.read_table(str(tmp_path / "out" / f.path))
+        assert sorted(set(table.column("partition").to_pylist())) == [0, 1, 2, 3]
+        assert table.num_rows == f.rows
+    ref = ReferenceRunner(Tallier(), MsgCodec(), Integrity.strict())
+    for i, b in enumerate(batches):
+        ref.run_batch(b, i, _time(backend, i), tps)
+    got = read_committed(str(tmp_path / "out")).to_pylist()
+    assert as_comparable(got) == as_comparable(ref.result.rows)
+    assert len(got) == len(ref.result.rows) > 0
+    report = verify(sink, None, digests=True)
+    assert report.ok, "\n".join(report.lines())
+    assert report.partitions == {f"{tp.topic}/{tp.partition}": [0, 6] for tp in tps}
+    assert report.digests_checked == report.files == 4
+    assert not list((tmp_path / "out" / "_inorder" / "staging").iterdir())
 
 
 def test_python_workers_are_forked_from_the_preloading_daemon(spark: Any) -> None:

@@ -527,3 +527,19 @@ def test_range_groups_stay_the_same_while_partitions_are_equally_busy() -> None:
     skewed = [("x", p, 0, 5000 if p % 2 == 0 else 1000) for p in range(4)]
     loads = sorted(sum(e - s for _, _, s, e in g.ranges) for g in group_ranges(skewed, 2))
     assert loads == [6000, 6000]
+
+
+def test_range_groups_deal_whole_topics_when_that_is_as_even() -> None:
+    from inorder.kafka.source import group_ranges
+
+    def members(ranges: list[tuple[str, int, int, int]], n: int) -> list[list[tuple[str, int]]]:
+        return [[(t, p) for t, p, _, _ in g.ranges] for g in group_ranges(ranges, n)]
+
+    # Many topics per group: each topic's partitions share a task (one output file per topic).
+    many = [(f"s{i:03d}", p, 0, 1000 + 7 * p) for i in range(10) for p in range(4)]
+    groups = members(many, 2)
+    assert [len(g) for g in groups] == [20, 20]
+    assert all(len({t for t, _ in g}) == 5 for g in groups)
+    assert groups[0][:4] == [("s000", 0), ("s000", 1), ("s000", 2), ("s000", 3)]
+    # Fewer topics than that spreads evenly (10 topics over 8 groups): partitions are dealt.
+    assert sorted(len(g) for g in members(many, 8)) == [5] * 8

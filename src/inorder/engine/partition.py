@@ -142,7 +142,7 @@ class PartitionBackend:
         try:
             self.sink.check(schema)
             if self.dead_letter_sink is not None:
-                from inorder.engine.task import DEAD_LETTER_SCHEMA
+                from inorder.engine.task_output import DEAD_LETTER_SCHEMA
 
                 self.dead_letter_sink.check(DEAD_LETTER_SCHEMA)
         except SinkError as exc:

@@ -50,8 +50,8 @@ from inorder.engine.task import (
     _headers_of_json,
     new_applier,
     task_result,
-    write_dead_letters,
 )
+from inorder.engine.task_output import write_dead_letters
 from inorder.engine.violations import PROCESSOR_ERROR, ViolationEvent
 from inorder.records import TopicPartition
 from inorder.sinks.base import BatchWriter, WrittenFile
@@ -370,7 +370,9 @@ class GroupProcessor(StatefulProcessor):
                 )
         if failed is None:
             if applier.dead_letters and spec.dead_letter_sink is not None:
-                dl_files = write_dead_letters(spec, tp, task_key, applier.dead_letters)
+                dl_files = write_dead_letters(
+                    spec.dead_letter_sink, batch_id, tp, task_key, applier.dead_letters
+                )
             started = time.perf_counter()
             self._write_back(applier, view)
             timings["state"] = time.perf_counter() - started

@@ -15,7 +15,6 @@ import json
 import os
 import socket
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,14 +26,15 @@ from inorder.codecs.base import Codec
 from inorder.engine.apply import OrderedApplier
 from inorder.engine.beacon import ProgressBeacon
 from inorder.engine.results import RESULT_SCHEMA, ResultFile, TaskResult, result_row
-from inorder.engine.violations import DeadLetter, ViolationEvent
+from inorder.engine.task_output import TaskOutput, write_dead_letters
+from inorder.engine.violations import ViolationEvent
 from inorder.integrity import Integrity
 from inorder.kafka.consumer import read_ranges_records
 from inorder.kafka.markers import marker_rows
 from inorder.kafka.options import SourceOptions
 from inorder.processor import Processor
-from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS, RecordTuple, TopicPartition
-from inorder.sinks.base import BatchWriter, Sink, WrittenFile
+from inorder.records import RecordTuple, TopicPartition
+from inorder.sinks.base import Sink, WrittenFile
 from inorder.spark.worker_heap import freeze_worker_heap
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.entry import PartitionMeta, StateView
@@ -42,20 +42,6 @@ from inorder.state.store import PartitionStore, StateOptions
 
 #: Rows buffered before they are encoded and handed to the sink writer.
 _FLUSH_ROWS = 65_536
-
-#: Schema of dead-letter rows.
-DEAD_LETTER_SCHEMA = pa.schema(
-    [
-        *ORIGIN_FIELDS,
-        pa.field("kafka_key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("state_key", pa.string()),
-        pa.field("rule", pa.string(), nullable=False),
-        pa.field("detail", pa.string(), nullable=False),
-        BATCH_ID_FIELD,
-    ]
-)
 
 
 @dataclass(slots=True)
@@ -125,21 +111,29 @@ def new_applier(
 
 
 class _PartitionWork:
-    """One topic-partition inside a task: its store, applier and writers."""
+    """One topic-partition inside a task: its store and applier; its rows go to the task's
+    shared :class:`~inorder.engine.task_output.TaskOutput`."""
 
-    def __init__(self, spec: TaskSpec, tp: TopicPartition, encoder: Any, state_codec: Any) -> None:
+    def __init__(
+        self,
+        spec: TaskSpec,
+        tp: TopicPartition,
+        encoder: Any,
+        state_codec: Any,
+        output: TaskOutput,
+    ) -> None:
         self.spec = spec
         self.tp = tp
         self.encoder = encoder
+        self.output = output
         started = time.perf_counter()
         self.store, self.applier = open_applier(spec, tp, tp, state_codec)
-        self.writer: BatchWriter | None = None
         self.output_rows = 0
+        self.failed: ViolationEvent | None = None
         self.timings: dict[str, float] = {"load": time.perf_counter() - started, "write": 0.0}
-        self._task_key = f"{tp.topic}-{tp.partition}-{uuid.uuid4().hex[:12]}"
 
     def flush(self, force: bool = False) -> None:
-        """Encode buffered rows and hand them to the sink writer."""
+        """Encode buffered rows and hand them to the task's output."""
         applier = self.applier
         if applier.failed is not None or not applier.rows:
             return
@@ -150,23 +144,19 @@ class _PartitionWork:
         batch = self.encoder.encode_with_origin(
             applier.rows, self.tp.topic, self.tp.partition, applier.row_offsets, spec.batch_id
         )
-        if self.writer is None:
-            self.writer = spec.sink.open_writer(spec.output_schema, spec.batch_id, self._task_key)
-        self.writer.write(batch)
+        self.output.write(batch)
         self.output_rows += batch.num_rows
         applier.rows.clear()
         applier.row_offsets.clear()
         self.timings["write"] += time.perf_counter() - started
 
-    def finish(self) -> TaskResult:
-        """Fire timers, stage output, write the state delta; the task's result."""
-        spec = self.spec
+    def drain(self) -> ViolationEvent | None:
+        """Fire timers and hand the last rows to the output; the event that stopped the
+        partition, if any (also kept in :attr:`failed`)."""
         applier = self.applier
         started = time.perf_counter()
         applier.finish()
         self.timings["apply"] = self.timings.get("apply", 0.0) + time.perf_counter() - started
-        files: list[WrittenFile] = []
-        dl_files: list[WrittenFile] = []
         failed = applier.failed
         if failed is None:
             try:
@@ -183,16 +173,24 @@ class _PartitionWork:
                     f"output row does not fit the output schema: {exc}",
                     "fail",
                 )
-        if failed is None:
-            if self.writer is not None:
-                files = self.writer.close()
+        self.failed = failed
+        return failed
+
+    def finish(self, files: list[WrittenFile]) -> TaskResult:
+        """Stage dead letters, write the state delta; the partition's result, reporting
+        ``files`` (the task's staged output files, given to one of its partitions)."""
+        spec = self.spec
+        applier = self.applier
+        dl_files: list[WrittenFile] = []
+        if self.failed is None:
             if applier.dead_letters and spec.dead_letter_sink is not None:
-                dl_files = write_dead_letters(spec, self.tp, self._task_key, applier.dead_letters)
+                key = f"{self.tp.topic}-{self.tp.partition}-{self.output.key}"
+                dl_files = write_dead_letters(
+                    spec.dead_letter_sink, spec.batch_id, self.tp, key, applier.dead_letters
+                )
             started = time.perf_counter()
             self.store.commit(applier.changes(), applier.meta)
             self.timings["state"] = time.perf_counter() - started
-        elif self.writer is not None:
-            self.writer.abort()
         state_keys = self.store.key_count()
         self.timings["store_load"] = self.store.stats.load_seconds
         self.timings["cache_hit"] = float(self.store.stats.cache_hit)
@@ -201,36 +199,28 @@ class _PartitionWork:
         self.timings["caught_up"] = float(self.store.stats.caught_up)
         self.store.close()
         return task_result(
-            self.tp, applier, self.output_rows, files, dl_files, state_keys, self.timings, failed
-        )
+            self.tp, applier, self.output_rows, files, dl_files, state_keys, self.timings,
+            self.failed,
+        )  # fmt: skip
 
 
-def write_dead_letters(
-    spec: TaskSpec, tp: TopicPartition, task_key: str, letters: list[DeadLetter]
-) -> list[WrittenFile]:
-    """Stage a task's dead letters (records that broke a rule, with the reason)."""
-    assert spec.dead_letter_sink is not None
-    n = len(letters)
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.array([tp.topic] * n, pa.string()),
-            pa.array([tp.partition] * n, pa.int32()),
-            pa.array([d.offset for d in letters], pa.int64()),
-            pa.array([d.kafka_key for d in letters], pa.binary()),
-            pa.array([d.value for d in letters], pa.binary()),
-            pa.array([d.timestamp_us for d in letters], pa.int64()).cast(
-                pa.timestamp("us", tz="UTC")
-            ),
-            pa.array([d.key for d in letters], pa.string()),
-            pa.array([d.rule for d in letters], pa.string()),
-            pa.array([d.detail for d in letters], pa.string()),
-            pa.array([spec.batch_id] * n, pa.int64()),
-        ],
-        schema=DEAD_LETTER_SCHEMA,
-    )
-    writer = spec.dead_letter_sink.open_writer(DEAD_LETTER_SCHEMA, spec.batch_id, f"dl-{task_key}")
-    writer.write(batch)
-    return writer.close()
+def finish_task(parts: list[_PartitionWork], output: TaskOutput) -> list[TaskResult]:
+    """Drain every partition, close the task's output once, then write each state delta.
+
+    The files of the whole task are reported by its first partition's result (the driver
+    commits the files of all results together). A failed partition fails the batch on the
+    driver, so then nothing of the task's output is kept: it is deleted here at once.
+    """
+    failed = [p for p in parts if p.drain() is not None]
+    if failed:
+        output.abort()
+        files: list[WrittenFile] = []
+    else:
+        files = output.close()
+        writers = [p for p in parts if p.output_rows] or parts[:1]
+        for p in writers:  # the footers' and last row groups' time, shared by the writers
+            p.timings["write"] += output.close_seconds / len(writers)
+    return [p.finish(files if i == 0 else []) for i, p in enumerate(parts)]
 
 
 def task_result(
@@ -411,6 +401,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
 
     encoder = RowEncoder(spec.out_type)
     state_codec = StateCodec(spec.state_type)
+    output = TaskOutput(spec.sink, spec.output_schema, spec.batch_id)
     work: dict[TopicPartition, _PartitionWork] = {}
     beacon = ProgressBeacon(spec.progress_to, spec.batch_id)
     reads = spec.source_options  # set: the task reads the planned ranges from Kafka itself
@@ -427,7 +418,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         for tp, run in _runs(batch):
             part = work.get(tp)
             if part is None:
-                part = work[tp] = _PartitionWork(spec, tp, encoder, state_codec)
+                part = work[tp] = _PartitionWork(spec, tp, encoder, state_codec, output)
             if waited:
                 part.timings["input_wait"] = part.timings.get("input_wait", 0.0) + waited
                 waited = 0.0
@@ -458,7 +449,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     beacon.close()
     # One sync for every state file of the task instead of two fsyncs per topic-partition.
     with spec.checkpoint.durable_together():
-        results = [work[tp].finish() for tp in sorted(work)]
+        results = finish_task([work[tp] for tp in sorted(work)], output)
     del work
     freeze_worker_heap()
     if results:

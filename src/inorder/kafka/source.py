@@ -98,6 +98,9 @@ class KafkaRangeGroup(InputPartition):
 
 #: How much heavier than the balanced packing the stable one may be and still be used.
 STABLE_GROUPS_SLACK = 1.25
+#: How many more topic-partitions than dealing partitions a group may get when whole topics
+#: are dealt (one output file per topic per task) and that packing still be used.
+TOPIC_GROUPS_SLACK = 1.1
 
 
 def group_ranges(ranges: Sequence[tuple[str, int, int, int]], groups: int) -> list[KafkaRangeGroup]:
@@ -105,17 +108,21 @@ def group_ranges(ranges: Sequence[tuple[str, int, int, int]], groups: int) -> li
 
     The stable packing deals the ranges in topic-partition order round the groups: while the
     partitions are equally busy, each one stays in the same group (the same task index) every
-    batch, so its task mostly lands in the engine worker that holds its state cache. When
-    that packing's heaviest group is more than :data:`STABLE_GROUPS_SLACK` times the balanced
-    packing's (largest range first into the lightest group), the balanced one is used. Within
-    a group the ranges keep topic-partition order. A topic-partition has one range per
-    micro-batch, so it is in exactly one group: its records stay in one task, in offset order.
+    batch, so its task mostly lands in the engine worker that holds its state cache. It deals
+    whole topics when that spreads the partitions as evenly (within
+    :data:`TOPIC_GROUPS_SLACK`; many topics per group): a task then writes one output file per
+    topic for all of the topic's partitions, not one per partition
+    (:mod:`inorder.engine.task_output`). When that packing's heaviest group is more than
+    :data:`STABLE_GROUPS_SLACK` times the balanced packing's (largest range first into the
+    lightest group), the balanced one is used. Within a group the ranges keep topic-partition
+    order. A topic-partition has one range per micro-batch, so it is in exactly one group: its
+    records stay in one task, in offset order.
     """
     count = max(1, groups)
-    stable: list[list[tuple[str, int, int, int]]] = [[] for _ in range(count)]
-    dealt: dict[tuple[str, int], int] = {}
-    for r in sorted(ranges):  # by topic-partition: never one partition in two groups
-        stable[dealt.setdefault((r[0], r[1]), len(dealt)) % count].append(r)
+    stable = _deal(ranges, count, by_topic=False)
+    by_topic = _deal(ranges, count, by_topic=True)
+    if _most_partitions(by_topic) <= _most_partitions(stable) * TOPIC_GROUPS_SLACK:
+        stable = by_topic
     balanced: list[list[tuple[str, int, int, int]]] = [[] for _ in range(count)]
     loads = [0] * count
     for r in sorted(ranges, key=lambda r: (-(r[3] - r[2]), r[0], r[1])):
@@ -125,6 +132,24 @@ def group_ranges(ranges: Sequence[tuple[str, int, int, int]], groups: int) -> li
     heaviest = max(sum(e - s for _, _, s, e in b) for b in stable)
     bins = stable if heaviest <= max(loads) * STABLE_GROUPS_SLACK else balanced
     return [KafkaRangeGroup(sorted(b)) for b in bins if b]
+
+
+def _deal(
+    ranges: Sequence[tuple[str, int, int, int]], count: int, by_topic: bool
+) -> list[list[tuple[str, int, int, int]]]:
+    """Ranges dealt round ``count`` groups in topic-partition order: each partition (or each
+    topic, ``by_topic``) to the next group; a partition's ranges always share a group."""
+    bins: list[list[tuple[str, int, int, int]]] = [[] for _ in range(count)]
+    dealt: dict[tuple[str, int] | str, int] = {}
+    for r in sorted(ranges):  # by topic-partition: never one partition in two groups
+        unit: tuple[str, int] | str = r[0] if by_topic else (r[0], r[1])
+        bins[dealt.setdefault(unit, len(dealt)) % count].append(r)
+    return bins
+
+
+def _most_partitions(bins: list[list[tuple[str, int, int, int]]]) -> int:
+    """The most topic-partitions any group holds."""
+    return max(len({(t, p) for t, p, _, _ in b}) for b in bins)
 
 
 class KafkaDataSource(DataSource):

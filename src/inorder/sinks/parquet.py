@@ -4,7 +4,10 @@ Layout under the dataset root (``docs/sinks.md`` describes the protocol for read
 
     <root>/<col>=<value>/.../part-<batch_id:010d>-<n:05d>.parquet   published data (hive style)
     <root>/<col>=<value>/.../compacted-<seq:010d>-<n:05d>.parquet   published by compaction
-    <root>/_inorder/staging/<batch_id>/<task_key>/<col>=<value>/part-<n:05d>.parquet.staged
+    <root>/_inorder/staging/<batch_id>/<task_key>/part-<n:05d>.parquet.staged   one per
+        output partition per task (a task writes the rows of all its topic-partitions);
+        releases before staged under ``<task_key>/<col>=<value>/``, one task key per
+        topic-partition
     <root>/_inorder/commits/<batch_id:020d>.json    batch manifest, created if absent
     <root>/_inorder/commits/<batch_id:020d>.done     the manifest's files are all published
     <root>/_inorder/commits/<batch_id:020d>.checkpoint.json   live files as of that batch
@@ -317,6 +320,7 @@ class ParquetSink(FileSink):
             self.target_file_size,
             prefix=f"{STAGING_DIR}/{batch_id}/{safe_key(task_key)}",
             suffix=STAGED_SUFFIX,
+            flat=True,
         )
 
     def is_committed(self, batch_id: int) -> bool:
@@ -448,7 +452,7 @@ class ParquetSink(FileSink):
         if self._ends is None:
             state = load_state(self.location)
             self._ends = {name: pieces[-1][1] for name, pieces in state.offsets.items() if pieces}
-        return dict(self._ends)
+        return self._ends  # read only: a batch's driver work stays O(partitions with data)
 
     def _recover(self) -> None:
         """Finish manifests a crashed process left half-published (once per process)."""

@@ -61,7 +61,10 @@ class ParquetBatchWriter(BatchWriter):
     Rows of a partition go to one file until it reaches ``target_file_size``, then to the
     next: as few files per output partition as sizes allow. Partition columns are not stored
     in the files (hive style: their values are in the directory names). File names are
-    ``<file_stem>-<n:05d><suffix>`` under ``prefix``.
+    ``<file_stem>-<n:05d><suffix>`` under ``prefix``, in the partition's directory, or
+    directly under ``prefix`` with ``flat=True`` (staged files, whose final names are
+    given at commit from their partition values: no directory per partition to make and
+    delete).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class ParquetBatchWriter(BatchWriter):
         file_stem: str = "part",
         collect_stats: bool = False,
         suffix: str = ".parquet",
+        flat: bool = False,
     ):
         self._location = location
         self._partition_by = list(partition_by)
@@ -87,6 +91,7 @@ class ParquetBatchWriter(BatchWriter):
         self._stem = file_stem
         self._suffix = suffix
         self._collect_stats = collect_stats
+        self._flat = flat
         self._open: dict[tuple[str | None, ...], _Open] = {}
         self._written: list[WrittenFile] = []
         self._total_buffered = 0
@@ -153,7 +158,8 @@ class ParquetBatchWriter(BatchWriter):
 
     def _start_file(self, state: _Open) -> None:
         name = f"{self._stem}-{self._counter:05d}{self._suffix}"
-        rel = "/".join(p for p in (self._prefix, state.directory, name) if p)
+        directory = "" if self._flat else state.directory
+        rel = "/".join(p for p in (self._prefix, directory, name) if p)
         self._counter += 1
         full = self._location.join(rel)
         state.path = rel  # named by a failure from here on
