@@ -25,7 +25,7 @@ from tests.integration.test_tables_validate import (
     validate_cli,
 )
 
-from inorder.sessions import SessionTables, tables_check
+from inorder.sessions import SessionTables, tables_check, tables_check_rows
 from inorder.sessions.tables_check import TablesCheck, check_tables_against_change_log
 from inorder.sessions.tables_check_spill import shard_of
 from inorder.sessions.tables_delta import BATCH_KEY
@@ -49,11 +49,29 @@ def sessions_per_bucket(monkeypatch: pytest.MonkeyPatch) -> list[set[tuple[str, 
 
 
 def same_in_buckets(check: TablesCheck, writer: SessionTablesWriter) -> None:
-    """``check`` (made in one bucket) is what the default and forced buckets give."""
+    """``check`` (made in one bucket) is what the default and forced buckets give, with the
+    buckets that match settled in Arrow or every bucket compared in Python."""
     whole = check.to_json()
     assert check_tables_against_change_log(writer).to_json() == whole
     assert check_tables_against_change_log(writer, buckets=BUCKETS).to_json() == whole
     assert check_tables_against_change_log(writer, bucket_rows=50).to_json() == whole
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tables_check_rows, "matches", lambda *args: None)
+        assert check_tables_against_change_log(writer, buckets=BUCKETS).to_json() == whole
+
+
+def settled_in_arrow(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Filled, bucket by bucket and table by table, with whether Arrow settled it."""
+    settled: list[bool] = []
+    matches = tables_check_rows.matches
+
+    def counting(*args: Any) -> tuple[int, int] | None:
+        found = matches(*args)
+        settled.append(found is not None)
+        return found
+
+    monkeypatch.setattr(tables_check_rows, "matches", counting)
+    return settled
 
 
 def bucket(topic: str, session: str) -> int:
@@ -66,8 +84,10 @@ def test_buckets_hold_distinct_sessions_and_check_the_same(
 ) -> None:
     _, outputs = tables_run.copy_tables("buckets")
     writer = tables_run.writer(outputs)
+    settled = settled_in_arrow(monkeypatch)
     whole = check_tables_against_change_log(writer, buckets=1)
     assert whole.ok, "\n".join(whole.lines())
+    assert settled == [True, True], "a matching table is settled without Python rows"
     seen = sessions_per_bucket(monkeypatch)
     assert check_tables_against_change_log(writer, buckets=BUCKETS).to_json() == whole.to_json()
     # Two tables per bucket, several buckets holding rows, no session in two buckets.
@@ -82,6 +102,7 @@ def test_buckets_hold_distinct_sessions_and_check_the_same(
 def test_damage_in_later_buckets_is_found_as_in_one(
     tables_run: TablesRun,  # noqa: F811
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config, outputs = tables_run.copy_tables("later")
     assert outputs.current is not None and outputs.history is not None
@@ -118,6 +139,9 @@ def test_damage_in_later_buckets_is_found_as_in_one(
     )
 
     writer = tables_run.writer(outputs)
+    settled = settled_in_arrow(monkeypatch)
+    check_tables_against_change_log(writer, buckets=BUCKETS)
+    assert not all(settled) and any(settled), settled  # damaged buckets only in Python
     whole = check_tables_against_change_log(writer, buckets=1)
     cur, hist = by_kind(whole)["current"], by_kind(whole)["history"]
     assert (cur.missing, cur.different, cur.extra) == (5, 6, 0), cur.differences
@@ -131,6 +155,10 @@ def test_damage_in_later_buckets_is_found_as_in_one(
 
     code, doc = validate_cli(config, tmp_path / "later.toml", "--tables-bucket-rows", "100")
     assert code == 1 and doc["tables"] == whole.to_json()
+    # Two processes (the table check in a worker): the report of one.
+    alone = validate_cli(config, tmp_path / "later.toml", "--jobs", "1")
+    assert validate_cli(config, tmp_path / "later.toml", "--jobs", "2") == alone
+    assert alone[1]["tables"] == whole.to_json()
 
 
 def test_batches_that_change_nothing_are_asked_of_every_bucket(tmp_path: Path) -> None:

@@ -148,6 +148,15 @@ def test_deleted_and_altered_rows_are_reported_exactly(finished_run: RunFixture)
         assert done.returncode == 1, done.stderr
         data = json.loads(done.stdout)
         assert data["totals"]["missing"] == 2 and data["totals"]["different"] == 1
+        # Partitions shared by three processes (two by default, above): the report of one,
+        # in the same order, as JSON and as lines.
+        for flags in (["--json"], []):
+            alone = cli("validate", str(run.toml), *flags, "--jobs", "1")
+            shared = cli("validate", str(run.toml), *flags, "--jobs", "3")
+            assert alone.returncode == 1 and alone.stdout, alone.stderr
+            assert (shared.returncode, shared.stdout) == (alone.returncode, alone.stdout)
+            if flags:
+                assert json.loads(alone.stdout) == data
 
         # Compared from after the tampered offsets, the output is clean again.
         later = max(o for _, o in deleted + altered) + 1

@@ -74,8 +74,31 @@ def register(subparsers: Any) -> None:
         help="change-log and table rows of the session tables compared at a time (memory "
         "bound; default 100000)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        metavar="N",
+        help="processes sharing the work: partitions and the session-table check (default 1; "
+        "each holds its own chunk or bucket, so memory grows with N)",
+    )
     add_run_set_option(parser)
     parser.set_defaults(func=handle)
+
+
+def _jobs(text: str) -> int:
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return jobs
+
+
+def default_jobs() -> int:
+    """``--jobs`` when not given: one process, whose memory is the bound docs/operations.md
+    states (two processes finish sooner on two free cores and hold about twice as much)."""
+    return 1
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -87,8 +110,9 @@ def handle(args: argparse.Namespace) -> int:
     # back. Arrow's C++ readers take the pool the variable names when they first allocate
     # (pyarrow.set_memory_pool does not reach them), hence before anything imports pyarrow.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    from inorder.commands.overrides import parse_overrides
     from inorder.ops.cliutil import parse_time_ms
-    from inorder.ops.validate import validate
+    from inorder.ops.validate_pool import Options, validate_all
     from inorder.ops.validate_progress import ProgressLine
     from inorder.pipeline.progress import SET_ASIDE_EXIT_CODE
     from inorder.records import TopicPartition
@@ -101,25 +125,24 @@ def handle(args: argparse.Namespace) -> int:
             return False
         return args.partition is None or tp.partition == args.partition
 
+    with_tables = not args.skip_tables and getattr(target.pipeline, "tables", None) is not None
+    options = Options(
+        args.pipeline,
+        parse_overrides(args.set),
+        from_offset=args.from_offset,
+        from_time_ms=from_time,
+        chunk_records=args.chunk_records,
+        tables=with_tables,
+        owner=target.layout.owner() if with_tables else None,
+        bucket_rows=args.tables_bucket_rows,
+    )
     # A live line on a terminal only: the report on stdout stays the whole output.
     progress = ProgressLine()
     try:
-        report = validate(
-            target,
-            from_offset=args.from_offset,
-            from_time_ms=from_time,
-            chunk_records=args.chunk_records,
-            only=only,
-            progress=progress,
+        report, tables = validate_all(
+            target, options, args.jobs or default_jobs(), only=only, progress=progress
         )
         doc, lines, ok = report.to_json(), report.lines(args.all), report.ok
-        tables = None
-        if not args.skip_tables and getattr(target.pipeline, "tables", None) is not None:
-            from inorder.sessions.tables_check import check_pipeline_tables
-
-            progress.show("validate: checking the session tables against the change log")
-            owner = target.layout.owner()
-            tables = check_pipeline_tables(target.pipeline, owner, args.tables_bucket_rows)
     finally:
         progress.close()
     if tables is not None:

@@ -26,7 +26,8 @@ of records and its rows per side, plus the left-over rows (when the processor ha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import pyarrow.compute as pc
 
@@ -44,7 +45,7 @@ from inorder.records import TopicPartition
 from inorder.sinks.base import StoredSink
 from inorder.state.entry import KeyEntry, PartitionMeta
 
-__all__ = ["PartitionDiff", "ValidationReport", "validate"]
+__all__ = ["PartitionDiff", "ValidationPlan", "ValidationReport", "validate"]
 
 
 def _has_timeouts(target: OpsTarget) -> bool:
@@ -129,16 +130,31 @@ def _end(last: BatchEntry | None, tp: TopicPartition, mark: Watermarks) -> int:
     return last.end.get(tp, mark.high) if last is not None else mark.high
 
 
-def validate(
+@dataclass
+class ValidationPlan:
+    """What every partition's check shares, fixed once (a worker process gets it whole, so
+    all partitions are judged against the same Kafka offsets): the output's last batch
+    (``sink_last``, in the checkpoint's numbering), the offsets asked for, each partition's
+    Kafka offsets (``marks``), output rows (``out_parts``) and start for ``--from-time``."""
+
+    sink_last: int | None
+    from_offset: int | None
+    from_time_ms: int | None
+    chunk_records: int
+    keep_rows: bool
+    out_parts: dict[TopicPartition, tuple[int, int, int]]
+    marks: dict[TopicPartition, Watermarks]
+    starts: dict[TopicPartition, int | None] = field(default_factory=dict)
+
+
+def plan_validation(
     target: OpsTarget,
     from_offset: int | None = None,
     from_time_ms: int | None = None,
     chunk_records: int = DEFAULT_CHUNK_RECORDS,
     only: Callable[[TopicPartition], bool] | None = None,
-    progress: ProgressLine | None = None,
-) -> ValidationReport:
-    """Recompute every partition of the pipeline and compare with the committed output
-    (``progress``: told the offsets planned and the records checked, chunk by chunk)."""
+) -> tuple[ValidationReport, ValidationPlan, list[TopicPartition]]:
+    """The report with its notes so far, the plan, and the partitions to check in order."""
     report = ValidationReport()
     log = load_batch_log(target.layout, target.engine)
     sink = target.sink
@@ -158,41 +174,101 @@ def validate(
             f"the checkpoint's offsets log does not hold the output's last committed batch "
             f"{output_last}: validating up to Kafka's current end offsets"
         )
-    output = OutputView(target.sink)
-    out_parts = output.partitions()
+    out_parts = OutputView(target.sink).partitions()
     kafka_parts = partitions(target.source_options)
     tps = sorted(set(kafka_parts) | set(out_parts))
     if only is not None:
         tps = [tp for tp in tps if only(tp)]
     marks = watermarks(target.source_options, [tp for tp in tps if tp in set(kafka_parts)])
-    starts: Mapping[TopicPartition, int | None] = {}
+    starts: dict[TopicPartition, int | None] = {}
     if from_time_ms is not None:
-        starts = offsets_for_time(target.source_options, list(marks), from_time_ms)
-    keep_rows = _has_timeouts(target)
-    inexact: list[str] = []
+        starts = dict(offsets_for_time(target.source_options, list(marks), from_time_ms))
+    plan = ValidationPlan(
+        sink_last,
+        from_offset,
+        from_time_ms,
+        chunk_records,
+        _has_timeouts(target),
+        dict(out_parts),
+        dict(marks),
+        starts,
+    )
+    return report, plan, tps
+
+
+def plan_progress(target: OpsTarget, plan: ValidationPlan, progress: ProgressLine) -> None:
+    """Tell ``progress`` the offsets each of the plan's partitions spans."""
+    log = load_batch_log(target.layout, target.engine)
+    last_entry = log.get(plan.sink_last) if plan.sink_last is not None else None
+    for tp, wm in plan.marks.items():
+        progress.plan(_end(last_entry, tp, wm) - wm.low)
+
+
+def finish_report(report: ValidationReport, checked: list[tuple[PartitionDiff, bool]]) -> None:
+    """Add the partitions' checks (in partition order) and the note naming those whose
+    timeouts were not reproduced."""
+    inexact = [str(TopicPartition(d.topic, d.partition)) for d, not_exact in checked if not_exact]
+    report.partitions.extend(d for d, _ in checked)
+    if inexact:
+        report.notes.append(
+            "batch history incomplete for "
+            + ", ".join(inexact)
+            + ": processing-time timeouts were not reproduced (their rows count as extra)"
+        )
+
+
+def validate(
+    target: OpsTarget,
+    from_offset: int | None = None,
+    from_time_ms: int | None = None,
+    chunk_records: int = DEFAULT_CHUNK_RECORDS,
+    only: Callable[[TopicPartition], bool] | None = None,
+    progress: ProgressLine | None = None,
+) -> ValidationReport:
+    """Recompute every partition of the pipeline and compare with the committed output
+    (``progress``: told the offsets planned and the records checked, chunk by chunk)."""
+    report, plan, tps = plan_validation(target, from_offset, from_time_ms, chunk_records, only)
     if progress is not None:
-        for tp, wm in marks.items():
-            progress.plan(_end(last_entry, tp, wm) - wm.low)
-    for tp in tps:
-        mark = marks.get(tp)
+        plan_progress(target, plan, progress)
+    checker = PartitionChecker(target, plan)
+    finish_report(report, [checker.check(tp, progress) for tp in tps])
+    return report
+
+
+class PartitionChecker:
+    """Checks partitions of a plan one at a time (the batch log read once)."""
+
+    def __init__(self, target: OpsTarget, plan: ValidationPlan) -> None:
+        self.target, self.plan = target, plan
+        self.log = load_batch_log(target.layout, target.engine)
+        self.output = OutputView(target.sink)
+
+    def check(
+        self, tp: TopicPartition, progress: ProgressLine | None = None
+    ) -> tuple[PartitionDiff, bool]:
+        """``tp`` recomputed and compared; whether its timeouts were not reproduced."""
+        target, plan, log, output = self.target, self.plan, self.log, self.output
+        from_offset, from_time_ms = plan.from_offset, plan.from_time_ms
+        sink_last, keep_rows = plan.sink_last, plan.keep_rows
+        last_entry = log.get(sink_last) if sink_last is not None else None
+        mark = plan.marks.get(tp)
         if mark is None:  # in the output only: every row there is extra
             diff = PartitionDiff(tp.topic, tp.partition, from_offset or 0, None)
-            rows = out_parts[tp][0]
+            rows = plan.out_parts[tp][0]
             diff.actual_rows = diff.extra = output.count(tp, from_offset)
             if rows:
-                diff.first_offset = max(out_parts[tp][1], from_offset or 0)
+                diff.first_offset = max(plan.out_parts[tp][1], from_offset or 0)
             diff.failed = "topic-partition not found in Kafka"
-            report.partitions.append(diff)
-            continue
+            return diff, False
         end = _end(last_entry, tp, mark)
         compare_from = _initial_offset(target, tp, mark.low)
         if from_offset is not None:
             compare_from = max(compare_from, from_offset)
         if from_time_ms is not None:
-            at = starts.get(tp)
+            at = plan.starts.get(tp)
             compare_from = max(compare_from, end if at is None else at)
         diff = PartitionDiff(tp.topic, tp.partition, compare_from, end)
-        expired = _mark_expired(diff, output, out_parts.get(tp), mark.low, from_offset)
+        expired = _mark_expired(diff, output, plan.out_parts.get(tp), mark.low, from_offset)
         version, entries, meta, apply_start = _start_state(
             target, log, tp, compare_from, sink_last, at_least=mark.low if expired else 0
         )
@@ -203,8 +279,7 @@ def validate(
             # row against the wrong state. Nothing of this partition can be checked.
             diff.unchecked_to = end
             diff.unchecked_rows = output.count(tp, diff.unchecked_from, end)
-            report.partitions.append(diff)
-            continue
+            return diff, False
         if apply_start is None:
             apply_start = _initial_offset(target, tp, mark.low)
         elif expired and apply_start > compare_from:
@@ -218,9 +293,7 @@ def validate(
         if version is not None:
             segments = [s for s in segments if s.batch_id > version]
         diff.exact_batches = exact
-        if not exact and keep_rows:
-            inexact.append(str(tp))
-        recompute = PartitionRecompute(target, tp, entries, meta, chunk_records)
+        recompute = PartitionRecompute(target, tp, entries, meta, plan.chunk_records)
         comparer = Comparer(diff, keep_rows)
         for chunk in recompute.run(segments, apply_start):
             comparer.late(chunk.late, compare_from)
@@ -241,11 +314,4 @@ def validate(
         if recompute.failed is not None:
             diff.failed = recompute.failed.message()
         comparer.finish()
-        report.partitions.append(diff)
-    if inexact:
-        report.notes.append(
-            "batch history incomplete for "
-            + ", ".join(inexact)
-            + ": processing-time timeouts were not reproduced (their rows count as extra)"
-        )
-    return report
+        return diff, not exact and keep_rows
