@@ -77,6 +77,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--jobs",
         type=_jobs,
+        # One process by default: its memory is the bound docs/operations.md states; two
+        # finish sooner on two free cores and hold about twice as much.
+        default=1,
         metavar="N",
         help="processes sharing the work: partitions and the session-table check (default 1; "
         "each holds its own chunk or bucket, so memory grows with N)",
@@ -93,12 +96,6 @@ def _jobs(text: str) -> int:
     if jobs < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
     return jobs
-
-
-def default_jobs() -> int:
-    """``--jobs`` when not given: one process, whose memory is the bound docs/operations.md
-    states (two processes finish sooner on two free cores and hold about twice as much)."""
-    return 1
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -139,9 +136,7 @@ def handle(args: argparse.Namespace) -> int:
     # A live line on a terminal only: the report on stdout stays the whole output.
     progress = ProgressLine()
     try:
-        report, tables = validate_all(
-            target, options, args.jobs or default_jobs(), only=only, progress=progress
-        )
+        report, tables = validate_all(target, options, args.jobs, only=only, progress=progress)
         doc, lines, ok = report.to_json(), report.lines(args.all), report.ok
     finally:
         progress.close()
