@@ -107,6 +107,7 @@ def handle(args: argparse.Namespace) -> int:
     # back. Arrow's C++ readers take the pool the variable names when they first allocate
     # (pyarrow.set_memory_pool does not reach them), hence before anything imports pyarrow.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    from inorder.assemble import load_target
     from inorder.commands.overrides import parse_overrides
     from inorder.ops.cliutil import parse_time_ms
     from inorder.ops.validate_pool import Options, validate_all
@@ -126,6 +127,7 @@ def handle(args: argparse.Namespace) -> int:
     options = Options(
         args.pipeline,
         parse_overrides(args.set),
+        load_target,
         from_offset=args.from_offset,
         from_time_ms=from_time,
         chunk_records=args.chunk_records,

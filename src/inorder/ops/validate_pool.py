@@ -43,13 +43,15 @@ Task = TopicPartition | None
 
 @dataclass(frozen=True)
 class Options:
-    """What ``inorder validate`` asks: the pipeline (reference and ``--set`` overrides, for
-    the workers to open it), the range and chunking of the recomputation, and the tables'
-    check (``tables``; ``owner``: the checkpoint id; ``bucket_rows``: ``None`` for the
-    default)."""
+    """What ``inorder validate`` asks: the pipeline (reference and ``--set`` overrides, and
+    ``load``, a module-level function the workers open it with: the command line hands down
+    the composition root's ``load_target``, which this room may not import), the range and
+    chunking of the recomputation, and the tables' check (``tables``; ``owner``: the
+    checkpoint id; ``bucket_rows``: ``None`` for the default)."""
 
     reference: str
     overrides: Mapping[str, Any]
+    load: Callable[[str, Mapping[str, Any]], OpsTarget]
     from_offset: int | None = None
     from_time_ms: int | None = None
     chunk_records: int = 50_000
@@ -79,10 +81,8 @@ _WORKER: _Worker | None = None
 
 def _start_worker(plan: ValidationPlan, options: Options) -> None:
     """A worker process's initialiser: open the pipeline once."""
-    from inorder.assemble import load_target
-
     global _WORKER
-    _WORKER = _Worker(load_target(options.reference, options.overrides), plan, options)
+    _WORKER = _Worker(options.load(options.reference, options.overrides), plan, options)
 
 
 def _run_in_worker(task: Task) -> Any:
