@@ -3,6 +3,7 @@ and changed by any altered value."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pyarrow as pa
@@ -16,6 +17,7 @@ from inorder.sinks.proof import (
     format_digest,
     parse_digest,
     table_digest,
+    table_digests,
 )
 
 
@@ -46,6 +48,16 @@ def test_the_digest_ignores_row_order_and_adds_over_disjoint_rows() -> None:
     parts = [table_digest(table.slice(a, 37)) for a in range(0, table.num_rows, 37)]
     assert add_digests(*parts) == whole
     assert parse_digest(format_digest(whole)) == whole and len(format_digest(whole)) == 16
+
+
+def test_digests_of_many_tables_in_one_pass_equal_each_tables_own() -> None:
+    # A task closes one file per topic: their digests are hashed together, summed apart.
+    table = sample(1_000)
+    cuts = [0, 0, 1, 1, 5, 300, 300, 999, 1_000, 1_000]
+    tables = [table.slice(a, b - a) for a, b in itertools.pairwise(cuts)]
+    assert table_digests(tables) == [table_digest(t) for t in tables]
+    assert sum(1 for t in tables if t.num_rows == 0) == 4
+    assert table_digests(tables[:1]) == [0] and table_digests([]) == []
 
 
 def test_the_digest_does_not_depend_on_physical_types() -> None:

@@ -161,6 +161,7 @@ def _fetch(
         want = max(1, min(options.batch_rows, left))
         messages = consumer.consume(num_messages=want, timeout=0.5)
         moved = False
+        finished: list[Any] = []
         for key, run in _partition_runs(messages, single=len(reading) == 1):
             current = reading.get(key) if key is not None else None
             if current is None:
@@ -175,7 +176,11 @@ def _fetch(
                 yield taken
             moved = moved or current.moved
             if done:
-                _finish(consumer, reading, current)
+                _finish(consumer, reading, current, finished)
+        if finished and reading:
+            # One call for every range this fetch completed: with many small ranges (many
+            # topics, few records each) a call per range was a sizeable share of the read.
+            consumer.incremental_unassign(finished)
         if moved:
             for r in reading.values():
                 r.moved = False
@@ -314,13 +319,22 @@ def _check_stalled(
             )
 
 
-def _finish(consumer: Any, reading: dict[tuple[str, int], _Open], current: _Open) -> None:
-    """``current``'s range is read: drop it, and stop fetching its partition."""
+def _finish(
+    consumer: Any,
+    reading: dict[tuple[str, int], _Open],
+    current: _Open,
+    unassign_later: list[Any] | None = None,
+) -> None:
+    """``current``'s range is read: drop it, and stop fetching its partition (at once, or
+    by the caller with the others in ``unassign_later``)."""
     from confluent_kafka import TopicPartition as CTP
 
     del reading[(current.tp.topic, current.tp.partition)]
-    if reading:
-        consumer.incremental_unassign([CTP(current.tp.topic, current.tp.partition)])
+    done = CTP(current.tp.topic, current.tp.partition)
+    if unassign_later is not None:
+        unassign_later.append(done)
+    elif reading:
+        consumer.incremental_unassign([done])
 
 
 def _deleted(current: _Open, options: SourceOptions) -> None:

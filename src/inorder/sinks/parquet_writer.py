@@ -24,7 +24,7 @@ from inorder.sinks.commit_log import (
     partition_dir,
 )
 from inorder.sinks.delta_stats import merge_stats, stats_json
-from inorder.sinks.proof import add_digests, format_digest, table_digest
+from inorder.sinks.proof import add_digests, format_digest, table_digest, table_digests
 from inorder.storage import fs as sfs
 
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
@@ -96,6 +96,8 @@ class ParquetBatchWriter(BatchWriter):
         self._written: list[WrittenFile] = []
         self._total_buffered = 0
         self._counter = 0
+        #: Local directories this writer made (staged files share one: made once).
+        self._made_dirs: set[str] = set()
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Buffer rows; full row groups are written, full files are closed."""
@@ -139,18 +141,26 @@ class ParquetBatchWriter(BatchWriter):
             ) from None
 
     def _flush(self, state: _Open) -> None:
-        if not state.buffered:
-            return
+        if state.buffered:
+            data = self._take(state)
+            # Hashed as written (after the cast to the file's types): what a verifier reads.
+            self._write(state, data, table_digest(data))
+
+    def _take(self, state: _Open) -> pa.Table:
+        """The partition's buffered rows in the file's types; the buffer emptied."""
         data = pa.concat_tables(state.buffered).cast(self._file_schema)
         self._total_buffered -= state.buffered_bytes
         state.buffered, state.buffered_bytes = [], 0
+        return data
+
+    def _write(self, state: _Open, data: pa.Table, digest: int) -> None:
+        """Append ``data`` (whose rows hash to ``digest``) to the partition's open file."""
         if state.writer is None:
             self._start_file(state)
         assert state.writer is not None
         state.writer.write_table(data, row_group_size=max(data.num_rows, 1))
         state.rows += data.num_rows
-        # Hashed as written (after the cast to the file's types): what a verifier reads back.
-        state.digest = add_digests(state.digest, table_digest(data))
+        state.digest = add_digests(state.digest, digest)
         if self._collect_stats:
             state.stats = merge_stats(state.stats, data)
         if state.stream.tell() >= self._target:
@@ -163,8 +173,10 @@ class ParquetBatchWriter(BatchWriter):
         self._counter += 1
         full = self._location.join(rel)
         state.path = rel  # named by a failure from here on
-        if not self._location.is_s3:
-            self._location.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
+        parent = full.rsplit("/", 1)[0]
+        if not self._location.is_s3 and parent not in self._made_dirs:
+            self._location.filesystem.create_dir(parent, recursive=True)
+            self._made_dirs.add(parent)
         state.stream = self._location.filesystem.open_output_stream(full)
         state.writer = pq.ParquetWriter(
             state.stream, self._file_schema, compression=self._compression
@@ -193,9 +205,16 @@ class ParquetBatchWriter(BatchWriter):
 
     def close(self) -> list[WrittenFile]:
         """Flush all partitions and return the staged files."""
-        for state in self._open.values():
+        states = list(self._open.values())
+        pending = [s for s in states if s.buffered]
+        datas = [self._take(s) for s in pending]
+        # One hashing pass for every partition's last rows (with many topics, the files of
+        # a task hold a few rows each: hashed one by one, that cost more than writing them).
+        last = {id(s): (d, h) for s, d, h in zip(pending, datas, table_digests(datas), strict=True)}
+        for state in states:
             with self._writing(state):
-                self._flush(state)
+                if id(state) in last:
+                    self._write(state, *last[id(state)])
                 self._finish_file(state)
         self._open.clear()
         return list(self._written)
