@@ -21,9 +21,11 @@ import multiprocessing
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
+from inorder.errors import InorderError
 from inorder.ops.target import OpsTarget
 from inorder.ops.validate import (
     PartitionChecker,
@@ -146,6 +148,9 @@ def _in_pool(
             for future in finished:
                 task = running.pop(future)
                 error = future.exception()
+                if isinstance(error, BrokenProcessPool):
+                    errors[task] = _worker_died(task, jobs)
+                    continue
                 if error is not None:
                     errors[task] = error
                     continue
@@ -172,3 +177,16 @@ def _in_pool(
     for task in sorted(errors, key=lambda t: (t is None, t)):
         raise errors[task]  # a partition's before the tables', as one process meets them
     return results
+
+
+def _worker_died(task: Task, jobs: int) -> InorderError:
+    """A worker process ended without an answer: killed, or out of memory (the usual cause:
+    every process holds a partition's records, so the peak is about ``jobs`` times one's)."""
+    what = (
+        "the session tables" if task is None else f"topic {task.topic!r} partition {task.partition}"
+    )
+    return InorderError(
+        f"validate --jobs {jobs}: the worker process checking {what} ended abruptly (killed, "
+        "or out of memory: each process holds one partition's records at a time); nothing "
+        "was judged; run again with fewer --jobs (--jobs 1 runs in this process alone)"
+    )
