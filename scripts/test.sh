@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up and run every check: ruff, mypy --strict on the package, and the pytest suite
 # (against a real local broker, S3 server and Spark, all started by the test fixtures).
-# The whole suite takes ~35 minutes on 2 cores (less without the soak tests marked
-# slow: kill -9 loops, executor/worker loss, sink crash loops). INORDER_TEST_QUICK=1 skips
+# The whole suite's pytest part takes ~23 minutes on a quiet 2-core machine in two processes
+# (~42 in one: INORDER_TEST_WORKERS=1), less without the soak tests marked slow (kill -9
+# loops, executor/worker loss, sink crash loops). INORDER_TEST_QUICK=1 skips
 # those. Then the unit suite and one end-to-end run on the oldest and newest supported Python
 # that the whole suite did not use (INORDER_TEST_OTHER_PYTHONS=0 skips them). Extra arguments
 # go to pytest and run that subset only, e.g. scripts/test.sh tests/unit
@@ -48,10 +49,13 @@ fi
 mkdir -p .inorder
 # INORDER_TEST_WORKERS=N runs the test files in N processes (pytest-xdist, a file's tests kept
 # together so module fixtures are paid once); each process starts its own broker, S3 server
-# and JVM. Default 1: one process.
+# and JVM. Default: 2 for the whole suite (it passed three runs in a row beside two busy
+# loops on 2 cores, tests/README.md), 1 for a chosen subset; 1 is one process.
+default_workers=2
+[ "$#" = "0" ] || default_workers=1
 workers=()
-if [ "${INORDER_TEST_WORKERS:-1}" != "1" ]; then
-  workers=(-n "$INORDER_TEST_WORKERS" --dist loadfile)
+if [ "${INORDER_TEST_WORKERS:-$default_workers}" != "1" ]; then
+  workers=(-n "${INORDER_TEST_WORKERS:-$default_workers}" --dist loadfile)
 fi
 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=20 \
   --junitxml=.inorder/test-times.xml "${workers[@]}" "${markers[@]}" "$@"
