@@ -19,20 +19,29 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+#: Longest a test outside the soak tests (marked ``slow``) may take, and all soak tests
+#: together (tests/README.md).
+MAX_TEST_SECONDS = 60
+MAX_SOAK_SECONDS = 300
+
 
 def load(path: Path) -> list[tuple[str, float, str]]:
-    """``(test id, seconds, outcome)`` of every test case in the report."""
+    """``(test id, seconds, outcome)`` of every test case in the report; the outcome of a soak
+    test (tagged by tests/conftest.py) ends in ``, soak``."""
     root = ET.parse(path).getroot()
     out = []
     for case in root.iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
         outcome = "passed"
+        soak = False
         for child in case:
             if child.tag in ("failure", "error"):
                 outcome = "failed"
             elif child.tag == "skipped":
                 outcome = "skipped"
-        out.append((name, float(case.get("time", 0.0)), outcome))
+            elif child.tag == "properties":
+                soak = any(p.get("value") == "slow" for p in child.iter("property"))
+        out.append((name, float(case.get("time", 0.0)), outcome + (", soak" if soak else "")))
     return out
 
 
@@ -53,6 +62,14 @@ def render(cases: list[tuple[str, float, str]], top: int) -> str:
     lines += ["", "| module | tests | seconds | slowest test s |", "|---|---:|---:|---:|"]
     for module, times in sorted(by_module.items(), key=lambda kv: -sum(kv[1]))[:top]:
         lines.append(f"| {module} | {len(times)} | {sum(times):.0f} | {max(times):.0f} |")
+    soak = [s for _, s, outcome in cases if outcome.endswith(", soak")]
+    long = [n for n, s, outcome in cases if s > MAX_TEST_SECONDS and not outcome.endswith("soak")]
+    lines += [
+        "",
+        f"Soak tests (marked slow): {len(soak)}, {sum(soak):.0f} s together (target "
+        f"<= {MAX_SOAK_SECONDS}); other tests over {MAX_TEST_SECONDS} s: {len(long)}"
+        + (f" ({', '.join(f'`{n}`' for n in long)})" if long else ""),
+    ]
     lines += ["", "| slowest tests | seconds | outcome |", "|---|---:|---|"]
     for name, seconds, outcome in sorted(cases, key=lambda c: -c[1])[:top]:
         lines.append(f"| `{name}` | {seconds:.0f} | {outcome} |")

@@ -19,3 +19,11 @@ def sink_location(
         return str(tmp_path / "out"), None
     s3 = request.getfixturevalue("s3")
     return s3.new_prefix(), s3.storage_options()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tag the soak tests (marked ``slow``) in the JUnit report, so that
+    ``scripts/test_times.py`` can total them."""
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.user_properties.append(("marker", "slow"))
