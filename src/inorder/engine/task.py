@@ -38,10 +38,14 @@ from inorder.sinks.base import Sink, WrittenFile
 from inorder.spark.worker_heap import freeze_worker_heap
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.entry import PartitionMeta, StateView
-from inorder.state.store import PartitionStore, StateOptions
+from inorder.state.store import PartitionStore, StateOptions, close_task_slot
 
 #: Rows buffered before they are encoded and handed to the sink writer.
 _FLUSH_ROWS = 65_536
+#: A task whose first input batch names at least this many topic-partitions (a range group)
+#: caches their state in a task slot of its own (:mod:`inorder.state.registry`): one database
+#: open when the group moves to another process, instead of catching each partition up.
+TASK_SLOT_MIN_PARTITIONS = 8
 
 
 @dataclass(slots=True)
@@ -76,11 +80,14 @@ def open_applier(
     store_tp: TopicPartition,
     state_codec: Any,
     external_watermark: bool = False,
+    slot: str | None = None,
 ) -> tuple[PartitionStore, OrderedApplier]:
     """Open the state of ``store_tp`` as of the batch before ``spec.batch_id`` and an applier
     for the records of ``tp`` over it (the same store for the partition backend; a key
-    group's own store for the spark backend)."""
-    store = PartitionStore(spec.checkpoint, store_tp, state_codec, spec.epoch, spec.state_options)
+    group's own store for the spark backend), cached in the task slot ``slot`` if given."""
+    store = PartitionStore(
+        spec.checkpoint, store_tp, state_codec, spec.epoch, spec.state_options, slot
+    )
     view, meta = store.open(spec.batch_id)
     return store, new_applier(spec, tp, view, meta, state_codec, external_watermark)
 
@@ -121,13 +128,14 @@ class _PartitionWork:
         encoder: Any,
         state_codec: Any,
         output: TaskOutput,
+        slot: str | None = None,
     ) -> None:
         self.spec = spec
         self.tp = tp
         self.encoder = encoder
         self.output = output
         started = time.perf_counter()
-        self.store, self.applier = open_applier(spec, tp, tp, state_codec)
+        self.store, self.applier = open_applier(spec, tp, tp, state_codec, slot=slot)
         self.output_rows = 0
         self.failed: ViolationEvent | None = None
         self.timings: dict[str, float] = {"load": time.perf_counter() - started, "write": 0.0}
@@ -367,6 +375,21 @@ def _read_wave(
             counters["skipped_lost"] = counters.get("skipped_lost", 0) + n
 
 
+def task_slot() -> str | None:
+    """The task slot of the running Spark task, ``group@<partition>`` (``None`` outside Spark).
+
+    The source deals a range group the same partitions batch after batch
+    (:func:`inorder.kafka.source.group_ranges`), as the same Spark partition, so the partition
+    index names the group's cache whichever process runs it.
+    """
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return None
+    context = TaskContext.get()
+    return None if context is None else f"group@{context.partitionId()}"
+
+
 def _record_tuples(batch: pa.RecordBatch) -> Iterator[RecordTuple]:
     """The applier's record tuples of an Arrow batch (column-wise conversion: fast)."""
     n = batch.num_rows
@@ -406,6 +429,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     beacon = ProgressBeacon(spec.progress_to, spec.batch_id)
     reads = spec.source_options  # set: the task reads the planned ranges from Kafka itself
     to_read: list[tuple[TopicPartition, int, int]] = []
+    slot: str | None = None
     # Time spent waiting for input (the source's read and Spark moving the rows), charged to
     # the topic-partition of the batch that arrived: it shows where a batch's time goes.
     waited = 0.0
@@ -415,10 +439,13 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         if batch.num_rows == 0:
             asked = time.perf_counter()
             continue
-        for tp, run in _runs(batch):
+        runs = list(_runs(batch))
+        if not work and len(runs) >= TASK_SLOT_MIN_PARTITIONS:
+            slot = task_slot()
+        for tp, run in runs:
             part = work.get(tp)
             if part is None:
-                part = work[tp] = _PartitionWork(spec, tp, encoder, state_codec, output)
+                part = work[tp] = _PartitionWork(spec, tp, encoder, state_codec, output, slot)
             if waited:
                 part.timings["input_wait"] = part.timings.get("input_wait", 0.0) + waited
                 waited = 0.0
@@ -451,6 +478,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     with spec.checkpoint.durable_together():
         results = finish_task([work[tp] for tp in sorted(work)], output)
     del work
+    if slot is not None:
+        close_task_slot(spec.checkpoint.root, spec.state_options, slot)
     freeze_worker_heap()
     if results:
         yield pa.RecordBatch.from_pylist([result_row(r) for r in results], schema=RESULT_SCHEMA)

@@ -21,6 +21,15 @@ private database in a new temp directory (deleted when closed); a second store o
 topic-partition whose view is in use in this process (a concurrent attempt) gets a private,
 throw-away database of its own.
 
+A task that applies many topic-partitions (the source's range groups: a group keeps its
+partitions batch after batch) names a *task slot* of its own, ``group@<n>``, by the Spark
+partition it runs as: whichever process runs group ``n`` next opens that database, whose views
+are the group's partitions as of their last batch, so a group that moves to another process
+costs one database open (tens of milliseconds) instead of catching every partition up from
+the checkpoint (about 2 ms each). The task closes its slot when it ends, freeing it for the
+process that runs the group next; a task slot held by another process (a concurrent attempt)
+is not waited for: that task uses the process slot as before.
+
 Earlier releases kept one directory per topic-partition (``<topic>-<partition>[@<n>]``) in the
 same place: a process opening a slot of a checkpoint deletes those nobody holds the lock of
 (caches are only copies of the checkpoint).
@@ -52,7 +61,7 @@ from inorder.state.cache import MAX_OPEN_FILES, CacheBusy, CacheDB, LocalCache
 
 #: Process slots tried per checkpoint before falling back to a private database.
 MAX_SLOTS = 64
-_SLOT = re.compile(r"proc@\d+")
+_SLOT = re.compile(r"(proc|group)@\d+")
 
 
 @dataclass(slots=True)
@@ -62,6 +71,8 @@ class ProcessDB:
     db: CacheDB
     base: str
     path: str
+    #: The registry's key: ``base`` for a process slot, the slot's path for a task slot.
+    key: str
     lock_fd: int | None = None
     dir_fd: int | None = None
     private_dir: str | None = None
@@ -128,24 +139,30 @@ class CacheRegistry:
             self._lock = threading.Lock()
             self._pid = os.getpid()
 
-    def acquire(self, base: str, prefix: bytes, keep_open: int) -> HeldCache:
+    def acquire(
+        self, base: str, prefix: bytes, keep_open: int, slot: str | None = None
+    ) -> HeldCache:
         """The view ``prefix`` of this process's database for the slots at ``base``.
 
         Opens the database (a free process slot, else a private one) when the process holds
-        none for ``base``; a view already in use gets a private database of its own.
+        none for ``base``; a view already in use gets a private database of its own. With
+        ``slot`` (a task slot's name, ``group@<n>``) the view is that slot's, unless another
+        process holds it (then the process slot's); :meth:`close_slot` closes it.
         """
         self._check_pid()
         with self._lock:
             opened = False
-            db = self._dbs.get(base)
-            if db is not None and not db.intact():
-                self._forget(db)
-                db = None
+            db = self._registered(os.path.join(base, slot)) if slot else None
+            if slot and db is None:
+                db = _open_slot(base, slot, base_key=False)
+                opened = db is not None
             if db is None:
-                db = _open_process_slot(base) or _private_db(base)
+                db = self._registered(base)
+            if db is None:
+                db = _open_slot(base, None, base_key=True) or _private_db(base)
                 opened = True
-                self._dbs[base] = db
-            self._dbs.move_to_end(base)
+            self._dbs[db.key] = db
+            self._dbs.move_to_end(db.key)
             held = db.views.get(prefix)
             if held is not None and held.in_use:  # a concurrent store of this partition
                 private = _private_db(base)
@@ -162,6 +179,23 @@ class CacheRegistry:
             db.users += 1
             self._evict(keep_open)
             return held
+
+    def close_slot(self, base: str, slot: str) -> None:
+        """Close the task slot ``slot`` at ``base`` (now, or when its last view is returned),
+        so that the process that runs its task next can open it."""
+        self._check_pid()
+        with self._lock:
+            db = self._dbs.get(os.path.join(base, slot))
+            if db is not None:
+                self._forget(db)
+
+    def _registered(self, key: str) -> ProcessDB | None:
+        """The open database registered under ``key``, if it is still intact."""
+        db = self._dbs.get(key)
+        if db is not None and not db.intact():
+            self._forget(db)
+            return None
+        return db
 
     def release(self, held: HeldCache, keep_open: int) -> None:
         """Return ``held`` after a task; its database stays open unless ``keep_open`` is 0."""
@@ -197,8 +231,8 @@ class CacheRegistry:
     def _returned(self, held: HeldCache, keep_open: int) -> None:
         self._let_go(held)
         db = held.owner
-        if keep_open <= 0 and db.users == 0 and self._dbs.get(db.base) is db:
-            del self._dbs[db.base]
+        if keep_open <= 0 and db.users == 0 and self._dbs.get(db.key) is db:
+            del self._dbs[db.key]
             db.close()
             return
         self._evict(keep_open)
@@ -213,12 +247,12 @@ class CacheRegistry:
         held.in_use = False
         db = held.owner
         db.users -= 1
-        if db.users == 0 and self._dbs.get(db.base) is not db:
+        if db.users == 0 and self._dbs.get(db.key) is not db:
             db.close()
 
     def _forget(self, db: ProcessDB) -> None:
         """Unregister ``db`` (closed now, or when its last view in use is returned)."""
-        del self._dbs[db.base]
+        del self._dbs[db.key]
         if db.users == 0:
             db.close()
 
@@ -226,7 +260,7 @@ class CacheRegistry:
         idle = [db for db in self._dbs.values() if db.users == 0]
         excess = len(self._dbs) - min(max(keep_open, 0), _fd_budget())
         for db in idle[: max(excess, 0)]:
-            del self._dbs[db.base]
+            del self._dbs[db.key]
             db.close()
 
 
@@ -250,12 +284,15 @@ def _fd_budget() -> int:
     return max((soft - _FDS_RESERVED) // _FDS_PER_DB, 0)
 
 
-def _open_process_slot(base: str) -> ProcessDB | None:
-    """Lock and open the first free process slot at ``base``; ``None`` when all are held."""
+def _open_slot(base: str, slot: str | None, base_key: bool) -> ProcessDB | None:
+    """Lock and open the task slot ``slot`` at ``base``, or (``None``) the first free process
+    slot; ``None`` when it is (they all are) held by other processes."""
     os.makedirs(base, exist_ok=True)
-    _remove_old_slots(base)
-    for n in range(MAX_SLOTS):
-        path = os.path.join(base, f"proc@{n}")
+    if slot is None:
+        _remove_old_slots(base)
+    names = [slot] if slot is not None else [f"proc@{n}" for n in range(MAX_SLOTS)]
+    for name in names:
+        path = os.path.join(base, name)
         fd = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -271,7 +308,8 @@ def _open_process_slot(base: str) -> ProcessDB | None:
             os.close(fd)
             raise
         dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        return ProcessDB(db, base, path, lock_fd=fd, dir_fd=dir_fd)
+        key = base if base_key else path
+        return ProcessDB(db, base, path, key, lock_fd=fd, dir_fd=dir_fd)
     return None
 
 
@@ -281,7 +319,7 @@ def _private_db(base: str) -> ProcessDB:
     path = os.path.join(private, "db")
     db = CacheDB(path)
     dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    return ProcessDB(db, base, path, dir_fd=dir_fd, private_dir=private)
+    return ProcessDB(db, base, path, base, dir_fd=dir_fd, private_dir=private)
 
 
 def _remove_old_slots(base: str) -> None:

@@ -162,6 +162,18 @@ def _table_of_rows(
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def cache_base(checkpoint_root: str, options: StateOptions) -> str:
+    """The directory of the cache slots of the checkpoint at ``checkpoint_root``."""
+    root = options.cache_dir or os.path.join(tempfile.gettempdir(), "inorder-state-cache")
+    digest = hashlib.sha1(checkpoint_root.encode()).hexdigest()[:16]
+    return os.path.join(root, digest)
+
+
+def close_task_slot(checkpoint_root: str, options: StateOptions, slot: str) -> None:
+    """Close this process's task slot ``slot`` of the checkpoint (:mod:`inorder.state.registry`)."""
+    REGISTRY.close_slot(cache_base(checkpoint_root, options), slot)
+
+
 class PartitionStore:
     """The state of one topic-partition for one batch: open, read, commit, close."""
 
@@ -172,8 +184,11 @@ class PartitionStore:
         state_codec: Any,
         epoch: str,
         options: StateOptions | None = None,
+        slot: str | None = None,
     ) -> None:
         self.checkpoint = checkpoint
+        #: The task slot whose cache to use (:mod:`inorder.state.registry`), if any.
+        self.slot = slot
         self.tp = tp
         self.state_codec = state_codec
         self.epoch = epoch
@@ -188,17 +203,14 @@ class PartitionStore:
     # -- paths -------------------------------------------------------------------------------
 
     def _cache_base(self) -> str:
-        """The directory of this checkpoint's process slots."""
-        root = self.options.cache_dir or os.path.join(tempfile.gettempdir(), "inorder-state-cache")
-        digest = hashlib.sha1(self.checkpoint.root.encode()).hexdigest()[:16]
-        return os.path.join(root, digest)
+        return cache_base(self.checkpoint.root, self.options)
 
     def _open_cache(self) -> LocalCache:
         # A slot held by another process is not waited for: the next free slot is used; a
         # view in use by another store of this process (a concurrent attempt of the same
         # task) is not shared: that store gets a private cache.
         prefix = partition_prefix(self.tp.topic, self.tp.partition)
-        held = REGISTRY.acquire(self._cache_base(), prefix, self.options.keep_open)
+        held = REGISTRY.acquire(self._cache_base(), prefix, self.options.keep_open, self.slot)
         self._held = held
         self.stats.reused_handle = held.reused
         self.stats.opened_db = held.opened

@@ -71,17 +71,23 @@ def records_dataframe(
     spark: Any,
     records: Iterable[KafkaRecord],
     partitions: Iterable[TopicPartition] = (),
+    groups: int = 0,
 ) -> Any:
     """A DataFrame (Kafka schema) with one Spark partition per topic-partition, markers first.
 
-    ``partitions`` adds topic-partitions that get only a marker row (no new records).
+    ``partitions`` adds topic-partitions that get only a marker row (no new records). With
+    ``groups`` the topic-partitions are dealt round that many Spark partitions in sorted
+    order, as the source's range groups are, each sending its partitions in one Arrow batch.
     """
     by_tp: dict[TopicPartition, list[KafkaRecord]] = {tp: [] for tp in partitions}
     for r in records:
         by_tp.setdefault(TopicPartition(r.topic, r.partition), []).append(r)
+    tables = [partition_table(tp, by_tp[tp]) for tp in sorted(by_tp)]
+    if groups > 0:
+        dealt = [tables[g::groups] for g in range(min(groups, len(tables)))]
+        tables = [pa.concat_tables(group).combine_chunks() for group in dealt]
     payloads: list[bytes] = []
-    for tp in sorted(by_tp):
-        table = partition_table(tp, by_tp[tp])
+    for table in tables:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
