@@ -49,6 +49,10 @@ from inorder.storage.fs import (
 )
 from inorder.storage.group_sync import make_durable, write_unsynced
 
+#: The state directory's format (``state/_meta.json``): a release refuses a newer one. A
+#: release that changes how state files are named or encoded raises it, so that an earlier
+#: release stops with a named error instead of missing those files.
+STATE_FORMAT = 1
 #: ``<version>.<kind>[.<attempt>].parquet``: files written before attempts were named have none.
 _FILE = re.compile(r"^(-?\d{19,20})\.(delta|snapshot)(?:\.([0-9a-f]{12}))?\.parquet$")
 _MERGED = re.compile(r"^upto-(\d{20})\.parquet$")
@@ -155,12 +159,25 @@ class CheckpointStore:
         write_bytes(self.location, self.path(*parts), data)
 
     def state_meta(self) -> dict[str, Any] | None:
-        """The state directory's metadata (epoch, fingerprint), if created."""
-        return self.read_json("state", "_meta.json")
+        """The state directory's metadata (epoch, fingerprint), if created.
+
+        A state directory of a newer format than :data:`STATE_FORMAT` is refused with a named
+        error: its files may be named or encoded in ways this release does not see, and
+        reading on would start partitions from empty state without a word.
+        """
+        meta = self.read_json("state", "_meta.json")
+        found = (meta or {}).get("format", 1)
+        if not isinstance(found, int) or found > STATE_FORMAT:
+            raise ConfigError(
+                f"checkpoint {self.root}: its state is of format {found!r} "
+                f"({self.path('state', '_meta.json')}), written by a newer release of inorder; "
+                f"this release reads format {STATE_FORMAT} and earlier: run the newer release"
+            )
+        return meta
 
     def init_state_meta(self, fingerprint: dict[str, Any]) -> dict[str, Any]:
         """Create the state metadata (new epoch id) and return it."""
-        meta = {"format": 1, "epoch": uuid.uuid4().hex, "fingerprint": fingerprint}
+        meta = {"format": STATE_FORMAT, "epoch": uuid.uuid4().hex, "fingerprint": fingerprint}
         self.write_json(meta, "state", "_meta.json")
         return meta
 
