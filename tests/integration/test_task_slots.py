@@ -7,15 +7,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.integration.test_partition_backend import make_backend
 from tests.integration.test_state_store import CODEC, entry
-from tests.property.procs import MsgCodec, Tallier, as_comparable, record, register_for_spark
+from tests.property.procs import MsgCodec, Tallier, as_comparable, record
 
-from inorder.engine.partition import PartitionBackend
 from inorder.engine.reference import ReferenceRunner
 from inorder.engine.task import TASK_SLOT_MIN_PARTITIONS
 from inorder.integrity import Integrity
 from inorder.records import TopicPartition
-from inorder.sinks.parquet import ParquetSink, read_committed
+from inorder.sinks.parquet import read_committed
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.entry import PartitionMeta
 from inorder.state.registry import REGISTRY
@@ -110,16 +110,9 @@ def test_grouped_tasks_find_every_partition_current_whatever_their_worker(
         ]
         for first in range(0, 12, 3)
     ]
-    register_for_spark()
-    backend = PartitionBackend(
-        Tallier(),
-        MsgCodec(),
-        Integrity.strict(),
-        checkpoint=str(tmp_path / "ckpt"),
-        sink=ParquetSink(str(tmp_path / "out")),
-        state_options=StateOptions(cache_dir=str(tmp_path / "cache")),
-        max_tasks=groups,
-    )
+    backend = make_backend(tmp_path)  # checkpoint in ckpt, Parquet output in out
+    backend.state_options = StateOptions(cache_dir=str(tmp_path / "cache"))
+    backend.max_tasks = groups
     reports = [
         backend.run_batch(records_dataframe(spark, b, tps, groups=groups), i)
         for i, b in enumerate(batches)
