@@ -154,12 +154,12 @@ class CacheRegistry:
             opened = False
             db = self._registered(os.path.join(base, slot)) if slot else None
             if slot and db is None:
-                db = _open_slot(base, slot, base_key=False)
+                db = _open_slot(base, slot)
                 opened = db is not None
             if db is None:
                 db = self._registered(base)
             if db is None:
-                db = _open_slot(base, None, base_key=True) or _private_db(base)
+                db = _open_slot(base, None) or _private_db(base)
                 opened = True
             self._dbs[db.key] = db
             self._dbs.move_to_end(db.key)
@@ -284,7 +284,7 @@ def _fd_budget() -> int:
     return max((soft - _FDS_RESERVED) // _FDS_PER_DB, 0)
 
 
-def _open_slot(base: str, slot: str | None, base_key: bool) -> ProcessDB | None:
+def _open_slot(base: str, slot: str | None) -> ProcessDB | None:
     """Lock and open the task slot ``slot`` at ``base``, or (``None``) the first free process
     slot; ``None`` when it is (they all are) held by other processes."""
     os.makedirs(base, exist_ok=True)
@@ -308,7 +308,7 @@ def _open_slot(base: str, slot: str | None, base_key: bool) -> ProcessDB | None:
             os.close(fd)
             raise
         dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        key = base if base_key else path
+        key = base if slot is None else path  # a process slot is registered by its base
         return ProcessDB(db, base, path, key, lock_fd=fd, dir_fd=dir_fd)
     return None
 
