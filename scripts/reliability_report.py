@@ -43,7 +43,9 @@ Every case runs the real pieces (the local Kafka-protocol broker, the S3 server,
 injects one fault (a killed driver, worker or executor, a stopped broker, a deleted topic,
 expired records, a failing store, a second driver, bad input), and checks what followed:
 either the output is exact (checked against the simulator's ground truth and with
-`inorder validate`: no missing, extra, different or duplicated row) or the run ends with the
+`inorder validate`: no missing, extra, different or duplicated row; where the check says so,
+also `inorder verify --digests` of the output: its commits tile every partition and every
+committed row matches its digest) or the run ends with the
 named error the fault calls for, whose exact message the test asserts.
 
 Outcomes: **continued** (the run, or the next one, finished exactly), **named error** (the run
