@@ -49,8 +49,8 @@ fi
 mkdir -p .inorder
 # INORDER_TEST_WORKERS=N runs the test files in N processes (pytest-xdist, a file's tests kept
 # together so module fixtures are paid once); each process starts its own broker, S3 server
-# and JVM. Default: 2 for the whole suite (it passed three runs in a row beside two busy
-# loops on 2 cores, tests/README.md), 1 for a chosen subset; 1 is one process.
+# and JVM. Default: 2 for the whole suite (its runs beside two busy loops on 2 cores are in
+# tests/README.md), 1 for a chosen subset; 1 is one process.
 default_workers=2
 [ "$#" = "0" ] || default_workers=1
 workers=()
