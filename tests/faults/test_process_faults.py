@@ -326,11 +326,14 @@ def verify_output(toml: Path) -> tuple[bool, str]:
     """``inorder verify --digests`` of the pipeline ``toml`` as a user runs it: (clean?, what
     it said). A process of its own: the S3 fault proxy runs in this one, and a library call
     that waits on the network without releasing the GIL here would stall the proxy."""
-    command = [sys.executable, "-c", "import sys; from inorder.cli import main; sys.exit(main())"]
     done = subprocess.run(
-        [*command, "verify", str(toml), "--digests"], env=child_env(), cwd=toml.parent,
-        capture_output=True, text=True, timeout=RUN_TIMEOUT,
-    )  # fmt: skip
+        [sys.executable, "-m", "inorder.cli", "verify", str(toml), "--digests"],
+        env=child_env(),
+        cwd=toml.parent,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
     if done.returncode == 0:
         return True, "clean"
     problems = [line for line in done.stdout.splitlines() if line.strip()][:3]
