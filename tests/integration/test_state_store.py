@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -418,6 +419,44 @@ def test_cache_directory_removed_under_an_open_handle_is_not_trusted(tmp_path: P
     assert not store.stats.reused_handle and not store.stats.cache_hit
     assert found["a"][0] == Tally(1, 10, [1])
     assert [p.name for p in cache.glob("*/*") if p.is_dir()] == ["proc@0"]
+
+
+def test_handle_of_a_removed_slot_leaves_its_successor_alone(tmp_path: Path) -> None:
+    """Closing a database whose directory was removed must not touch the database another
+    process created at the same place since: RocksDB's close deletes, by path, every file of
+    its directory it does not know."""
+    from inorder.state.registry import REGISTRY
+
+    cache = tmp_path / "cache"
+    h = Harness(str(tmp_path / "ckpt"), cache)
+    h.batch(0, {"a": entry(1)}, 1)  # this process holds the slot open
+    shutil.rmtree(cache)  # the directory is cleaned while the worker lives
+    proc = _other_process(h, cache, "commit", 1)  # another worker makes the slot anew
+    assert proc.stdout is not None and proc.stdout.readline().split()[0] == "slot"
+    assert proc.wait(60) == 0
+    found, _, store = h.state(2)  # drops the stale handle, then opens the other's database
+    assert store.stats.cache_hit and not store.stats.reused_handle
+    assert found["b"][0] == entry(1).state
+    REGISTRY.close_all()
+
+
+def test_slot_of_an_earlier_release_is_made_anew(tmp_path: Path) -> None:
+    """Earlier releases kept the database files in the slot directory itself."""
+    from inorder.state.registry import REGISTRY
+
+    cache = tmp_path / "cache"
+    h = Harness(str(tmp_path / "ckpt"), cache)
+    h.batch(0, {"a": entry(1)}, 1)
+    REGISTRY.close_all()
+    slot = next(cache.glob("*/proc@0"))
+    (database,) = slot.iterdir()
+    for f in database.iterdir():  # the layout of earlier releases
+        f.rename(slot / f.name)
+    database.rmdir()
+    found, _, store = h.state(1)
+    assert not store.stats.cache_hit and found["a"][0] == Tally(1, 10, [1])
+    assert [p.name[:3] for p in slot.iterdir()] == ["db-"]
+    REGISTRY.close_all()
 
 
 def test_failed_load_forgets_the_view_not_the_database(

@@ -16,10 +16,13 @@ the ``flock`` of ``proc@<n>.lock``; a process takes the first free slot. The ker
 dead process's locks (kill -9 included), so its slot, with whatever versions its partitions
 hold, is simply reused by the next process. A slot directory or lock file removed underneath
 an open handle (the temp directory cleaned, the executor's directory deleted) is detected by
-comparing inodes and the handle is dropped. When every slot is held, the process uses a
-private database in a new temp directory (deleted when closed); a second store of a
-topic-partition whose view is in use in this process (a concurrent attempt) gets a private,
-throw-away database of its own.
+comparing inodes and the handle is dropped. The database itself lives in a directory of a
+name made when it is created, ``proc@<n>/db-<random>``: RocksDB's close deletes, *by path*,
+every file of its directory it does not know, so a dropped handle whose slot another process
+has made anew since must not find that process's database at its path. When every slot is
+held, the process uses a private database in a new temp directory (deleted when closed); a
+second store of a topic-partition whose view is in use in this process (a concurrent attempt)
+gets a private, throw-away database of its own.
 
 A task that applies many topic-partitions (the source's range groups: a group keeps its
 partitions batch after batch) names a *task slot* of its own, ``group@<n>``, by the Spark
@@ -51,6 +54,7 @@ import contextlib
 import fcntl
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import threading
@@ -70,9 +74,11 @@ class ProcessDB:
 
     db: CacheDB
     base: str
+    #: The slot's directory (``proc@<n>``, ``group@<n>``); the database is in :attr:`db_dir`.
     path: str
     #: The registry's key: ``base`` for a process slot, the slot's path for a task slot.
     key: str
+    db_dir: str
     lock_fd: int | None = None
     dir_fd: int | None = None
     private_dir: str | None = None
@@ -86,7 +92,7 @@ class ProcessDB:
         if self.dir_fd is None or (self.lock_fd is None and self.private_dir is None):
             return False
         try:
-            if not os.path.samestat(os.stat(self.path), os.fstat(self.dir_fd)):
+            if not os.path.samestat(os.stat(self.db_dir), os.fstat(self.dir_fd)):
                 return False
             if self.lock_fd is None:
                 return True
@@ -300,17 +306,39 @@ def _open_slot(base: str, slot: str | None) -> ProcessDB | None:
             os.close(fd)
             continue
         try:
-            db = CacheDB(path)
+            db_dir = _database_dir(path)
+            db = CacheDB(db_dir)
         except CacheBusy:
             os.close(fd)
             continue
         except BaseException:
             os.close(fd)
             raise
-        dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        dir_fd = os.open(db_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         key = base if slot is None else path  # a process slot is registered by its base
-        return ProcessDB(db, base, path, key, lock_fd=fd, dir_fd=dir_fd)
+        return ProcessDB(db, base, path, key, db_dir, lock_fd=fd, dir_fd=dir_fd)
     return None
+
+
+def _database_dir(slot_dir: str) -> str:
+    """The database directory of the slot at ``slot_dir`` (whose lock the caller holds).
+
+    The one there, else a new name. Anything else in the slot (a database of an earlier
+    release, which kept its files in the slot itself) is deleted: a cache is only a copy.
+    """
+    os.makedirs(slot_dir, exist_ok=True)
+    names = os.listdir(slot_dir)
+    databases = [n for n in names if n.startswith("db-")]
+    if len(databases) == 1 and len(names) == 1:
+        return os.path.join(slot_dir, databases[0])
+    for name in names:
+        entry = os.path.join(slot_dir, name)
+        if os.path.isdir(entry) and not os.path.islink(entry):
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry)
+    return os.path.join(slot_dir, f"db-{secrets.token_hex(8)}")
 
 
 def _private_db(base: str) -> ProcessDB:
@@ -319,7 +347,7 @@ def _private_db(base: str) -> ProcessDB:
     path = os.path.join(private, "db")
     db = CacheDB(path)
     dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    return ProcessDB(db, base, path, base, dir_fd=dir_fd, private_dir=private)
+    return ProcessDB(db, base, path, base, path, dir_fd=dir_fd, private_dir=private)
 
 
 def _remove_old_slots(base: str) -> None:
