@@ -209,6 +209,15 @@ def _run(kafka: Any, topic: str, work: Path) -> None:
     ).run()
 
 
+def _verified(work: Path) -> tuple[bool, str]:
+    """``inorder verify --digests`` of what the runs in ``work`` committed (no Kafka)."""
+    from inorder.ops.verify import verify
+
+    report = verify(ParquetSink(str(work / "out")), None, digests=True)
+    said = "clean" if report.ok else "NOT clean: " + "; ".join(report.lines()[:3])
+    return report.ok, f"{report.batches} batch(es) committed before it, verify {said}"
+
+
 #: name -> (the values of the topic's records, the message; ``{topic}`` is the topic).
 DATA_CASES: dict[str, tuple[list[bytes], str]] = {
     "malformed value": (
@@ -265,14 +274,16 @@ def test_expired_offsets_and_deleted_topic(
         _run(kafka, topic, tmp_path / "expired")
     line = str(lost.value)
     assert f"topic {topic!r} partition 0" in line and "source.fail_on_data_loss" in line, line
+    proof_ok, proof = _verified(tmp_path / "expired")
     matrix.record(
         group="bad input",
         fault="expired offsets (below the log start)",
         times=1,
         outcome="named error",
-        check=line,
-        ok=True,
+        check=f"{line}; {proof}",
+        ok=proof_ok,
     )
+    assert proof_ok, proof
 
     gone = kafka.new_topic()
     _produce(kafka.bootstrap_servers, gone, [_reading(i) for i in range(5)])
@@ -285,14 +296,16 @@ def test_expired_offsets_and_deleted_topic(
         f"subscribe: unknown topic(s) {gone} on {kafka.bootstrap_servers} (create them first, "
         "or use topic_pattern / subscribePattern, which picks topics up as they appear)"
     ), line
+    proof_ok, proof = _verified(tmp_path / "deleted")
     matrix.record(
         group="bad input",
         fault="deleted topic",
         times=1,
         outcome="refused" if "exist" in line else "named error",
-        check=line,
-        ok=True,
+        check=f"{line}; {proof}",
+        ok=proof_ok,
     )
+    assert proof_ok, proof
 
 
 class _StopOnNote(PlainReporter):

@@ -44,6 +44,7 @@ from tests.faults.test_process_faults import (
     finish,
     make_job,
     own_broker,
+    verified,
     wait_for_marker,
     wait_until,
 )
@@ -134,6 +135,7 @@ def test_topic_deleted_while_read(
     job.disarm()
     rc = run.wait()
     line = run.error_line()
+    stopped_ok, stopped_proof = verified(job.toml)  # what the stopped run committed
     # The task reading it (offsets start..end of the batch) or the planner of the next batch
     # (offsets end..the last end it saw) names the loss, for the first partition with unread
     # records.
@@ -181,7 +183,8 @@ def test_topic_deleted_while_read(
     duplicated = duplicate_change_rows(read_changes(str(job.output)))
     matrix.record(
         group="broker", fault="topic deleted while being read (strict, fail_on_data_loss)",
-        times=1, outcome="named error", check=f"exit {rc}: {line!r}", ok=named,
+        times=1, outcome="named error", check=f"exit {rc}: {line!r}; {stopped_proof}",
+        ok=named and stopped_ok,
     )  # fmt: skip
     matrix.record(
         group="broker", fault="topic deleted while being read (fail_on_data_loss = false)",
@@ -197,6 +200,7 @@ def test_topic_deleted_while_read(
         and summary["skipped_lost"] == unread,
     )  # fmt: skip
     assert named, f"{line!r} is not one of {candidates}"
+    assert stopped_ok, stopped_proof
     assert ok and duplicated == 0, check
     assert summary["pruned_partitions"] == 2 and summary["skipped_lost"] == unread, (
         summary,
@@ -267,11 +271,12 @@ def test_partition_added_mid_run(
         for p, size in sizes.items()
     }
     report = validate(load_target(str(toml)))
-    ok = rc == 0 and all(exact.values()) and report.ok
+    proof_ok, proof = verified(toml)
+    ok = rc == 0 and all(exact.values()) and report.ok and proof_ok
     check = (
         f"{'exact' if ok else 'NOT exact'}: every offset of partitions 0-2 once, counted in "
         f"offset order ({rows.num_rows} rows; new partition read from offset 0); "
-        f"validate {'clean' if report.ok else 'NOT clean'}; stopped with exit {rc}"
+        f"validate {'clean' if report.ok else 'NOT clean'}; {proof}; stopped with exit {rc}"
     )
     matrix.record(
         group="broker", fault="partition added to a topic mid-run", times=1,
@@ -295,6 +300,7 @@ def test_records_expire_before_read(
     lost = DriverRun(job.toml)
     rc = lost.wait()
     line = lost.error_line()
+    stopped_ok, stopped_proof = verified(job.toml)  # what the stopped run committed
     expected = error_line(job, LossEvent(tp, LossKind.EXPIRED, position, expired).message())
     summary = finish_setting_aside(job.toml, *SKIP_LOSS)
     changes = read_changes(str(job.output))
@@ -314,8 +320,8 @@ def test_records_expire_before_read(
     ok, check = exact_check(rest, lambda rows: pc.invert(_at(rows, tp)), only=lambda o: o != tp)
     matrix.record(
         group="broker", fault="records expired (delete_records) before read (strict)",
-        times=1, outcome="named error", check=f"exit {rc}: {line!r}",
-        ok=rc == 1 and line == expected,
+        times=1, outcome="named error", check=f"exit {rc}: {line!r}; {stopped_proof}",
+        ok=rc == 1 and line == expected and stopped_ok,
     )  # fmt: skip
     matrix.record(
         group="broker", fault="records expired before read (fail_on_data_loss = false)",
@@ -326,6 +332,7 @@ def test_records_expire_before_read(
         ok=ok and gap_clean and summary["skipped_lost"] == expired - position,
     )  # fmt: skip
     assert rc == 1 and line == expected, (line, expected)
+    assert stopped_ok, stopped_proof
     assert ok and gap_clean, check
     assert summary["skipped_lost"] == expired - position, summary
     assert summary["set_aside_text"].startswith(

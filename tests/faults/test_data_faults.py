@@ -35,6 +35,7 @@ from inorder.sessions.rebuild import read_changes
 from inorder.sinks.parquet import read_committed
 from tests.e2e.test_debezium_sessions import Event, produce, stream
 from tests.faults.conftest import MatrixRecorder
+from tests.faults.test_process_faults import verified
 from tests.fixtures.sessions_job import sessions_config
 from tests.integration.test_session_tables_iceberg import current_rows
 
@@ -154,13 +155,15 @@ def test_redelivery_is_skipped_exactly(
     assert current[(again, SESSION)] == current[(once, SESSION)] == truth
     versions = dict(history.group_by("topic").len().iter_rows())
     assert versions[again] == versions[once]  # no version that never existed
+    proof_ok, proof = verified(tmp_path / "pipeline.toml", config)
     matrix.record(
         group="data", fault=f"Debezium redelivers its last 10 events after a restart "
         f"(on_violation = {policy or 'default: fail'}, {tables} tables)", times=1,
-        outcome="continued", ok=True,
+        outcome="continued", ok=proof_ok,
         check=f"{summary.duplicates} duplicates skipped; change log, current and history tables "
-        "equal to the stream delivered once; exit 0",
+        f"equal to the stream delivered once; exit 0; {proof}",
     )  # fmt: skip
+    assert proof_ok, proof
 
 
 @pytest.mark.parametrize("tables", ["delta", "iceberg"])
@@ -184,11 +187,14 @@ def test_a_new_column_under_row_type_stops_before_commit(
     current = current_table(tmp_path, iceberg)
     assert current is not None and current.height > 0
     assert current["offset"].max() < drift_at  # type: ignore[operator]
+    proof_ok, proof = verified(tmp_path / "pipeline.toml", config)  # what was committed
     matrix.record(
         group="data", fault=f"a new column mid-stream under row_type ({tables} tables)", times=1,
-        outcome="named error", ok=True,
-        check="stopped naming schema_drift and the field; nothing from that record on committed",
+        outcome="named error", ok=proof_ok,
+        check="stopped naming schema_drift and the field; nothing from that record on "
+        f"committed; {proof}",
     )  # fmt: skip
+    assert proof_ok, proof
 
 
 @pytest.mark.parametrize(
@@ -231,6 +237,7 @@ def test_a_wrong_or_non_unique_key_stops_naming_the_setting(
     assert summary.records == len(events)
     current = current_table(tmp_path, iceberg)
     assert current is not None and table_rows(current) == {(topic, SESSION): truth}
+    proof_ok, proof = verified(tmp_path / "pipeline.toml", fixed)
     kind = "a wrong" if row_key == "order_id" else "a non-unique"
     lenient_note = (
         " (and, under dead_letter, at the batch rejecting most records)"
@@ -240,10 +247,11 @@ def test_a_wrong_or_non_unique_key_stops_naming_the_setting(
     matrix.record(
         group="data", fault=f"{kind} row_key ({row_key!r}, {tables} tables)", times=1,
         outcome="named error",
-        ok=True, check=f"stopped at the first {rule}{lenient_note} with nothing committed; the "
-        "fixed key refused until accepted, then every record read and the table equal to the "
-        "truth",
+        ok=proof_ok, check=f"stopped at the first {rule}{lenient_note} with nothing committed; "
+        "the fixed key refused until accepted, then every record read and the table equal to "
+        f"the truth; {proof}",
     )  # fmt: skip
+    assert proof_ok, proof
 
 
 def test_a_run_that_set_data_aside_exits_3_and_says_where(
@@ -269,12 +277,14 @@ def test_a_run_that_set_data_aside_exits_3_and_says_where(
     again = run_cli(toml, config)
     assert again.returncode == 0, again.stderr
     assert "set aside: 1 integrity event(s)" in again.stderr
+    proof_ok, proof = verified(toml)  # the change log and the dead letters
     matrix.record(
         group="data", fault="an undecodable event under dead_letter", times=1,
-        outcome="policy action", ok=True,
+        outcome="policy action", ok=proof_ok,
         check="dead-lettered; exit 3 and the summary's set-aside line names the dead-letter "
-        "output; 0 with set_aside_exit_code = 0",
+        f"output; 0 with set_aside_exit_code = 0; {proof}",
     )  # fmt: skip
+    assert proof_ok, proof
 
 
 def run_cli(toml: Path, config: dict[str, Any]) -> subprocess.CompletedProcess[str]:

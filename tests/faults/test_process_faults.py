@@ -298,7 +298,9 @@ def exact_check(
     return exact_verdict(changes, job.truth, job.toml, **validate_args)
 
 
-def exact_verdict(changes: Any, truth: Any, toml: Path, **validate_args: Any) -> tuple[bool, str]:
+def exact_verdict(
+    changes: Any, truth: Any, toml: Path, own_process: bool = False, **validate_args: Any
+) -> tuple[bool, str]:
     """Change rows against the truth, ``inorder validate`` of the pipeline ``toml``, and
     ``inorder verify --digests`` of its output (commit metadata and every row, no Kafka)."""
     from inorder.ops.validate import validate
@@ -306,7 +308,7 @@ def exact_verdict(changes: Any, truth: Any, toml: Path, **validate_args: Any) ->
     duplicated = duplicate_change_rows(changes)
     tables = verify_changes(changes, truth)
     report = validate(load_target(str(toml)), **validate_args)
-    proof_ok, proof = verify_output(toml)
+    proof_ok, proof = verify_output(toml, own_process)
     missing = sum(p.missing for p in report.partitions)
     extra = sum(p.extra for p in report.partitions)
     different = sum(p.different for p in report.partitions)
@@ -322,24 +324,44 @@ def exact_verdict(changes: Any, truth: Any, toml: Path, **validate_args: Any) ->
     return ok, check
 
 
-def verify_output(toml: Path) -> tuple[bool, str]:
+def verify_output(toml: Path, own_process: bool = False) -> tuple[bool, str]:
     """``inorder verify --digests`` of the pipeline ``toml`` as a user runs it: (clean?, what
-    it said). A process of its own: the S3 fault proxy runs in this one, and a library call
+    it said). ``own_process`` where the S3 fault proxy runs in this process: a library call
     that waits on the network without releasing the GIL here would stall the proxy."""
-    done = subprocess.run(
-        [sys.executable, "-m", "inorder.cli", "verify", str(toml), "--digests"],
-        env=child_env(),
-        cwd=toml.parent,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-    )
-    if done.returncode == 0:
+    if own_process:
+        done = subprocess.run(
+            [sys.executable, "-m", "inorder.cli", "verify", str(toml), "--digests"],
+            env=child_env(),
+            cwd=toml.parent,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+        )
+        code, out, err = done.returncode, done.stdout, done.stderr
+    else:
+        import io
+
+        from inorder.cli import main
+
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            code = main(["verify", str(toml), "--digests"])
+        out, err = stdout.getvalue(), stderr.getvalue()
+    if code == 0:
         return True, "clean"
-    problems = [line for line in done.stdout.splitlines() if line.strip()][:3]
-    return False, f"NOT clean (exit {done.returncode}): " + "; ".join(
-        problems or done.stderr.strip().splitlines()[-3:]
+    problems = [line for line in out.splitlines() if line.strip()][:3]
+    return False, f"NOT clean (exit {code}): " + "; ".join(
+        problems or err.strip().splitlines()[-3:]
     )
+
+
+def verified(toml: Path, config: dict[str, Any] | None = None) -> tuple[bool, str]:
+    """:func:`verify_output` of a pipeline run from ``config`` (written to ``toml`` first)
+    or from ``toml``: ``(clean?, "verify ...")`` for a fault matrix row's check."""
+    if config is not None:
+        toml.write_text(dump_toml(config))
+    ok, said = verify_output(toml)
+    return ok, f"verify {said}"
 
 
 def jvm_descendants(run: DriverRun) -> list[psutil.Process]:

@@ -192,7 +192,9 @@ def s3_sink(s3: OwnS3, fmt: str, name: str) -> dict[str, Any]:
 
 def exact_check(job: Job) -> tuple[bool, str]:
     """The output against the truth and ``inorder validate``: (exact?, the check in words)."""
-    return exact_verdict(read_changes(job.output, job.options), job.truth, job.toml)
+    return exact_verdict(
+        read_changes(job.output, job.options), job.truth, job.toml, own_process=True
+    )
 
 
 def ended(run: DriverRun, named_by: Callable[[str], bool]) -> tuple[str, str, bool]:

@@ -38,6 +38,7 @@ from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.sessions.rebuild import read_changes
 from inorder.storage.fs import resolve
+from tests.faults.test_process_faults import verified
 from tests.fixtures.sessions_job import (
     TWO_LOCAL_CORES,
     assert_matches_truth,
@@ -366,15 +367,17 @@ def test_real_drivers_refused_fenced_and_taken_over(
         mask_a = [t.startswith(prefix + "a") for t in topics]
         assert_matches_truth(changes.filter(mask_a), first_truth)
         assert_matches_truth(changes.filter([not m for m in mask_a]), later_truth)
+        proof_ok, proof = verified(toml)
         matrix.record(
             group="two drivers",
             fault="kill -9 of the lease holder, next run started at once",
             times=1,
             outcome="continued",
             check=f"{took_over} ({time.monotonic() - started:.0f} s run: the freed run lock "
-            "proves the holder gone, no wait); exact: 0 missing, 0 extra, 0 duplicated",
-            ok=True,
+            f"proves the holder gone, no wait); exact: 0 missing, 0 extra, 0 duplicated; {proof}",
+            ok=proof_ok,
         )
+        assert proof_ok, proof
     finally:
         for run in runs:
             _stop_group(run)
