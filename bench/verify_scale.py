@@ -1,7 +1,7 @@
 """How long ``inorder verify`` takes on a large Parquet output (synthetic, built here).
 
 Run: ``.venv/bin/python bench/verify_scale.py [--rows 100_000_000] [--file-rows 100_000]
-[--files-per-batch 4] [--sample 20] [--write-docs]``
+[--files-per-batch 4] [--sample 20] [--distinct] [--write-docs]``
 
 The output is built the way the sink lays it out, without a pipeline: one data file of
 ``--file-rows`` session-like rows (``bench/verify_digest.py``'s shape) is written once and
@@ -10,6 +10,11 @@ manifest lists ``--files-per-batch`` of them with their rows and digest, its ran
 four partitions, and a commit checkpoint folds all but the newest 100 batches, as a long
 run's commit log would. Then ``verify`` runs in a fresh process (metadata + footers), once
 more with ``--sample`` digests. Wall times, median of 3.
+
+Hard links share one inode, so every footer after the first comes from the page cache.
+``--distinct`` copies the file instead (use small ``--file-rows``: the disk holds every copy),
+and, where this process may (root), drops the page cache before every verify: the footers are
+then read from disk, file by file, as a first verify of a real output reads them.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,7 +45,7 @@ from inorder.storage import fs as sfs
 PARTITIONS = ["site-a/0", "site-a/1", "site-b/0", "site-b/1"]
 
 
-def build(root: Path, rows: int, file_rows: int, per_batch: int) -> int:
+def build(root: Path, rows: int, file_rows: int, per_batch: int, distinct: bool = False) -> int:
     """Write the synthetic output under ``root``; returns the number of batches."""
     data = make_table(file_rows).drop_columns(["topic"])
     digest = format_digest(table_digest(data))
@@ -56,7 +62,10 @@ def build(root: Path, rows: int, file_rows: int, per_batch: int) -> int:
             topic = "site-a" if n % 2 == 0 else "site-b"
             final = final_name(f"topic={topic}", b, n)
             (root / final).parent.mkdir(parents=True, exist_ok=True)
-            os.link(source, root / final)
+            if distinct:
+                shutil.copyfile(source, root / final)
+            else:
+                os.link(source, root / final)
             entries.append(
                 {
                     "staged": final,
@@ -95,9 +104,26 @@ def timed_verify(root: Path, *extra: str) -> tuple[float, dict[str, object]]:
         f"sample={int(extra[0]) if extra else 0})\n"
         "print(json.dumps(r.to_json()))\n"
     )
+    if COLD:
+        drop_page_cache()
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return time.perf_counter() - started, json.loads(done.stdout)
+
+
+#: Drop the page cache before each verify (``--distinct`` as root).
+COLD = False
+
+
+def drop_page_cache() -> bool:
+    """Write back and drop the kernel's page cache; ``False`` where not allowed."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as knob:
+            knob.write("3\n")
+    except OSError:
+        return False
+    return True
 
 
 def main() -> None:
@@ -107,13 +133,16 @@ def main() -> None:
     parser.add_argument("--file-rows", type=int, default=100_000)
     parser.add_argument("--files-per-batch", type=int, default=4)
     parser.add_argument("--sample", type=int, default=20)
+    parser.add_argument("--distinct", action="store_true", help="copies, not hard links")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
+    global COLD
+    COLD = args.distinct and drop_page_cache()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "out"
         root.mkdir()
         started = time.perf_counter()
-        batches = build(root, args.rows, args.file_rows, args.files_per_batch)
+        batches = build(root, args.rows, args.file_rows, args.files_per_batch, args.distinct)
         built = time.perf_counter() - started
         plain = [timed_verify(root) for _ in range(3)]
         sampled = [timed_verify(root, str(args.sample)) for _ in range(3)]
@@ -134,12 +163,15 @@ def main() -> None:
             header(
                 f"bench/verify_scale.py --rows {args.rows} --file-rows {args.file_rows} "
                 f"--files-per-batch {args.files_per_batch} --sample {args.sample}"
+                + (" --distinct" if args.distinct else "")
             ),
             "",
             f"A synthetic Parquet output of {report['rows']:,} rows in {report['files']:,} "
-            f"files, {batches:,} batches{folded}, four partitions; built in {built:.0f} s. "
-            "`verify` in a fresh "
-            "process (imports included), wall seconds, median of 3:",
+            f"{'distinct' if args.distinct else 'hard-linked'} files, {batches:,} "
+            f"batches{folded}, four partitions; built in {built:.0f} s. `verify` in a fresh "
+            "process (imports included"
+            + ("; the page cache dropped before each" if COLD else "")
+            + "), wall seconds, median of 3:",
             "",
             table(["check", "s"], rows, right=(1,)),
             "",
