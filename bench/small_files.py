@@ -2,7 +2,9 @@
 
 Run: ``.venv/bin/python bench/small_files.py [--sites 30,300] [--batches 20]
 [--trigger "5 seconds"] [--rate-per-site 1] [--format parquet|delta]
-[--modes off,background,inline] [--write-docs]``
+[--modes off,background,inline] [--window-minutes 10] [--write-docs]``
+
+A soak (an hour, reported per window of minutes) is the same run made long: bench/_soak.py.
 
 For each site count N and each compaction mode: N topics of one partition each (the
 simulator's session traffic, one topic per site), a few messages first so every topic
@@ -57,6 +59,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common
+import _soak as soak
 
 SECTION = "## Small files: many sites at a 5 s trigger (issue 38)"
 
@@ -87,6 +90,12 @@ class Run:
     live_bytes: int = 0
     disk_files: int = 0
     latencies: list[float] = field(default_factory=list)
+    latency_points: list[tuple[float, float]] = field(default_factory=list)
+    """(produced at, produce-to-committed seconds) of every measured row."""
+    batch_started: dict[int, float] = field(default_factory=dict)
+    rss_timeline: list[tuple[float, int, int]] = field(default_factory=list)
+    """(time, driver RSS, JVM + workers RSS), every 0.2 s."""
+    traffic_at: float = 0.0
     rss_driver: int = 0
     rss_children: int = 0
     produced: int = 0
@@ -100,6 +109,7 @@ class RssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.driver = 0
         self.children = 0
+        self.timeline: list[tuple[float, int, int]] = []
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -117,6 +127,7 @@ class RssSampler(threading.Thread):
                     except psutil.Error:
                         continue  # a worker that exited between listing and reading
                 self.children = max(self.children, total)
+                self.timeline.append((time.time(), me.memory_info().rss, total))
             except psutil.Error:
                 continue
 
@@ -197,8 +208,11 @@ def _delta_log(run: Run, output: str) -> dict[int, float]:
     return commit_at
 
 
-def _latencies(output: str, fmt: str, commit_at: dict[int, float], since: float) -> list[float]:
-    """Commit time minus Kafka timestamp for every row produced after ``since``."""
+def _latencies(
+    output: str, fmt: str, commit_at: dict[int, float], since: float
+) -> list[tuple[float, float]]:
+    """(Kafka timestamp, commit time minus it) for every row produced after ``since``, in
+    order of latency."""
     import pyarrow.compute as pc
 
     if fmt == "delta":
@@ -214,8 +228,8 @@ def _latencies(output: str, fmt: str, commit_at: dict[int, float], since: float)
     for ts, batch in zip(stamps, rows.column("batch_id").to_pylist(), strict=True):
         if ts is None or ts < since or batch not in commit_at:
             continue
-        out.append(commit_at[batch] - ts)
-    return sorted(out)
+        out.append((ts, commit_at[batch] - ts))
+    return sorted(out, key=lambda point: point[1])
 
 
 def _wrap_compaction(fmt: str, timed: Callable[[float], None]) -> Callable[[], None]:
@@ -284,6 +298,7 @@ def run_once(
             if not report.committed:
                 return report
             run.batch_seconds[batch_id] = float(report.duration_seconds)
+            run.batch_started[batch_id] = started
             # Batches that started after the traffic did; the first of them is a warm-up.
             if traffic_at[0] and started > traffic_at[0]:
                 run.measured.append(batch_id)
@@ -307,7 +322,7 @@ def run_once(
             time.sleep(0.2)
         if not run.batch_seconds:
             raise SystemExit(f"{sites} sites: no batch committed")
-        traffic_at[0] = time.time()
+        traffic_at[0] = run.traffic_at = time.time()
         producing.set()
         trigger_s = float(args.trigger.split()[0])
         # A cap only: the batch wrapper stops the producer once enough batches committed.
@@ -332,13 +347,11 @@ def run_once(
     run.measured = run.measured[1 : args.batches + 1]
     output = f"{work}/output"
     commit_at = _delta_log(run, output) if fmt == "delta" else _parquet_log(run, output)
-    run.latencies = _latencies(output, fmt, commit_at, traffic_at[0] + args.trigger_warmup)
+    run.latency_points = _latencies(output, fmt, commit_at, traffic_at[0] + args.trigger_warmup)
+    run.latencies = [latency for _, latency in run.latency_points]
     run.rss_driver, run.rss_children = sampler.driver, sampler.children
+    run.rss_timeline = sampler.timeline
     return run
-
-
-def _pct(values: list[float], q: float) -> float:
-    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
 def line(r: Run) -> str:
@@ -352,7 +365,7 @@ def line(r: Run) -> str:
         f"{len(r.rounds)} rounds ({sum(r.rounds):.1f} s, max {max(r.rounds, default=0):.1f}), "
         f"live {r.live_files}, disk {r.disk_files}, ingested {r.ingested_bytes / 1e6:.2f} MB, "
         f"compaction wrote {r.compaction_written / 1e6:.2f} MB, "
-        f"p50/p99 {_pct(r.latencies, 0.5):.1f}/{_pct(r.latencies, 0.99):.1f} s, "
+        f"p50/p99 {soak.pct(r.latencies, 0.5):.1f}/{soak.pct(r.latencies, 0.99):.1f} s, "
         f"RSS {r.rss_driver / 2**20:.0f}+{r.rss_children / 2**20:.0f} MiB, wall {r.wall:.0f} s"
     )
 
@@ -393,7 +406,7 @@ def report(runs: list[Run]) -> str:
                 f"{max((r.compact_seconds.get(b, 0.0) for b in m), default=0.0):.2f}",
                 f"{len(r.rounds)} / {sum(r.rounds):.1f} / {max(r.rounds, default=0.0):.1f}",
                 "-" if added is None else f"{added:+.2f}",
-                f"{_pct(r.latencies, 0.5):.1f} / {_pct(r.latencies, 0.99):.1f}",
+                f"{soak.pct(r.latencies, 0.5):.1f} / {soak.pct(r.latencies, 0.99):.1f}",
                 f"{r.rss_driver / 2**20:.0f} / {r.rss_children / 2**20:.0f}",
             ]
         )
@@ -440,6 +453,9 @@ def main() -> int:
         default=10.0,
         help="seconds of traffic left out of the latency percentiles",
     )
+    parser.add_argument(
+        "--window-minutes", type=float, default=0.0, help="a soak table per run (0: none)"
+    )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     common.setup_env()
@@ -456,6 +472,9 @@ def main() -> int:
                 runs.append(r)
                 # The table so far after every run: a long run cut short still reports.
                 print(line(r) + "\n\n" + report(runs) + "\n", flush=True)
+                if args.window_minutes:
+                    print(soak.windows(r, args.window_minutes), flush=True)
+                    print("\n" + soak.end_state(r), flush=True)
     load = ", ".join(f"{a:.1f} {b:.1f} {c:.1f}" for a, b, c in (load_before, os.getloadavg()))
     table = report(runs)
     text = (

@@ -1,7 +1,7 @@
 """What ``inorder validate`` costs on a session-table pipeline with both session tables.
 
 Run: ``.venv/bin/python bench/validate_scale.py [--records 200000] [--runs 3]
-[--src DIR ...] [--work DIR] [--write-docs]``
+[--partitions 4] [--src DIR ...] [--work DIR] [--write-docs]``
 
 Builds the output once: the simulator publishes ``--records`` session messages (the demo's
 shape, no faults) to a local broker, and ``inorder run`` of the ``sessions`` job (change
@@ -93,8 +93,9 @@ def _env(src: str | None) -> dict[str, str]:
     return env
 
 
-def build(bootstrap: str, work: Path, records: int, max_offsets: int) -> Path:
-    """Publish the traffic and run the pipeline over it; the pipeline file."""
+def build(bootstrap: str, work: Path, records: int, max_offsets: int, partitions: int = 4) -> Path:
+    """Publish the traffic (4 sites of ``partitions`` each) and run the pipeline over it;
+    the pipeline file."""
     spec = work / "pipeline.toml"
     # Written every time: a reused broker listens on a new port.
     spec.write_text(
@@ -103,7 +104,9 @@ def build(bootstrap: str, work: Path, records: int, max_offsets: int) -> Path:
     if (work / "built").exists():
         return spec
     started = time.perf_counter()
-    simulate_backlog(bootstrap, PREFIX, records, sites=4, partitions=4, sessions_per_site=50)
+    simulate_backlog(
+        bootstrap, PREFIX, records, sites=4, partitions=partitions, sessions_per_site=50
+    )
     print(f"simulated {records:,} messages in {time.perf_counter() - started:.0f} s", flush=True)
     started = time.perf_counter()
     with open(work / "run.log", "ab") as log:
@@ -194,6 +197,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--max-offsets", type=int, default=200_000)
+    parser.add_argument(
+        "--partitions", type=int, default=4, help="per site (4 sites); a new --work to change"
+    )
     parser.add_argument("--src", action="append", help="a source tree to validate with")
     parser.add_argument("--work", help="keep (and reuse) the built pipeline here")
     parser.add_argument("--profile", help="py-spy raw output file (one run, no --src)")
@@ -211,7 +217,7 @@ def main() -> None:
 
         work = Path(tmp)
         with broker(tmp) as bootstrap:
-            spec = build(bootstrap, work, args.records, args.max_offsets)
+            spec = build(bootstrap, work, args.records, args.max_offsets, args.partitions)
             for r in range(args.runs):
                 for src in srcs:
                     res = validate_once(spec, src, work, args.profile, args.validate_arg)
