@@ -2,26 +2,23 @@
 
 Run: ``.venv/bin/python bench/small_files.py [--sites 30,300] [--batches 20]
 [--trigger "5 seconds"] [--rate-per-site 1] [--format parquet|delta]
-[--modes off,background,inline] [--window-minutes 10] [--write-docs]``
-
-A soak (an hour, reported per window of minutes) is the same run made long: bench/_soak.py.
+[--modes off,background,inline] [--window-minutes 10] [--write-docs]`` (a soak: bench/_soak.py)
 
 For each site count N and each compaction mode: N topics of one partition each (the
 simulator's session traffic, one topic per site), a few messages first so every topic
 exists, then the session job of ``examples/sessions.toml`` (``local[2]``, processing-time
 ``--trigger``, output partitioned by topic, Parquet zstd or Delta) starts in a thread while
 the simulator produces ``--rate-per-site`` x N messages/s in the main thread. Once
-``--batches`` batches have committed after the traffic started, the producer is stopped
-(SIGINT, which the simulator handles by flushing) and so is the query.
+``--batches`` batches have committed after the traffic started (or at a SIGINT), the producer
+is stopped (SIGINT, which the simulator handles by flushing) and so is the query.
 
 Compaction modes: ``off``; ``background`` (``on`` is the same), the pipeline file's
 ``[sink] compact = true``: a Parquet sink merges in its compactor thread beside the stream,
 woken by each commit with the partitions the batch wrote, and the run finishes the pending
 round before it ends; ``inline``: the same merges inside the batch's commit
 (``compact_in_background = False`` on the sink; Delta compacts inline in both modes). The
-sink's compaction call is wrapped to time it, per batch: inline its time is inside the
-batch; in the background the rounds that ended during a batch count for that batch, and
-are not inside its time.
+sink's compaction call is wrapped to time it, per batch: inline its time is inside the batch;
+in the background the rounds that ended during a batch count for it, not inside its time.
 
 Reported per run, over the measured batches (the first batch after the traffic started is
 a warm-up and not measured):
@@ -36,8 +33,7 @@ a warm-up and not measured):
   how many, their total and their longest time;
 - p50/p99 produce-to-committed latency: commit time (Parquet: the batch manifest's
   ``.done`` marker; Delta: the commit's timestamp) minus the row's ``kafka_ts``;
-- peak RSS of the driver's Python process (which also runs the producer here) and of its
-  children (the Spark JVM and Python workers).
+- peak RSS of the driver's process (also the producer's) and of the JVM and Python workers.
 """
 
 from __future__ import annotations
@@ -103,7 +99,7 @@ class Run:
 
 
 class RssSampler(threading.Thread):
-    """Peak RSS of this process and, separately, of all its descendants, every 0.2 s."""
+    """Peak RSS of this process and of its descendants but the broker, every 0.2 s."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
@@ -123,7 +119,8 @@ class RssSampler(threading.Thread):
                 total = 0
                 for child in me.children(recursive=True):
                     try:
-                        total += child.memory_info().rss
+                        if "noida" not in child.name():  # the broker holds every message
+                            total += child.memory_info().rss
                     except psutil.Error:
                         continue  # a worker that exited between listing and reading
                 self.children = max(self.children, total)
@@ -357,9 +354,10 @@ def run_once(
 def line(r: Run) -> str:
     """One progress line per run."""
     m = r.measured
+    files = [r.batch_files[b] for b in m if b in r.batch_files] or [0]  # the log folds batches
     return (
         f"{r.sites} sites compact={r.mode} ({r.fmt}): {len(m)} batches, "
-        f"{statistics.mean([r.batch_files[b] for b in m]) if m else 0:.0f} files/batch, "
+        f"{statistics.mean(files):.0f} files/batch, "
         f"batch {common.median([r.batch_seconds[b] for b in m]):.2f} s, "
         f"compaction {common.median([r.compact_seconds.get(b, 0.0) for b in m]):.2f} s, "
         f"{len(r.rounds)} rounds ({sum(r.rounds):.1f} s, max {max(r.rounds, default=0):.1f}), "
@@ -376,9 +374,10 @@ def report(runs: list[Run]) -> str:
     base = {r.sites: r for r in runs if r.mode == "off"}
     for r in runs:
         m = r.measured
-        files = [r.batch_files[b] for b in m]
+        m_logged = [b for b in m if b in r.batch_files]
+        files = [r.batch_files[b] for b in m_logged]
         batch = [r.batch_seconds[b] for b in m]
-        written_rows = sum(r.batch_rows[b] for b in m)
+        written_rows = sum(r.batch_rows[b] for b in m_logged)
         off = base.get(r.sites)
         added = (
             common.median(batch) - common.median([off.batch_seconds[b] for b in off.measured])

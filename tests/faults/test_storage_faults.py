@@ -20,6 +20,7 @@ from inorder.errors import InorderError
 from inorder.pipeline.config import validate
 from inorder.sinks.parquet import read_committed
 from tests.e2e.cli_jobs import CountReadings
+from tests.faults.test_process_faults import verified
 from tests.fixtures.sessions_job import run_command, spark_child_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +52,23 @@ def _run_elsewhere(kafka: Any, topic: str, work: Path) -> str:
     Worker processes cache state locally; a new process with its own ``TMPDIR`` has none, so
     the state is read back from the checkpoint's files, as on a new executor.
     """
+    toml = _pipeline_file(kafka, topic, work)
+    (work / "tmp").mkdir()
+    env = {**spark_child_env(), "TMPDIR": str(work / "tmp"), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        run_command(toml, "--quiet"),
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0, "a damaged state delta was read without error"
+    return done.stderr.strip().splitlines()[-1].removeprefix("inorder: error: ")
+
+
+def _pipeline_file(kafka: Any, topic: str, work: Path) -> Path:
+    """The pipeline of :func:`_pipeline` as a pipeline file (``work/p.toml``)."""
     toml = work / "p.toml"
     toml.write_text(
         dump_toml(
@@ -67,18 +85,7 @@ def _run_elsewhere(kafka: Any, topic: str, work: Path) -> str:
             )
         )
     )
-    (work / "tmp").mkdir()
-    env = {**spark_child_env(), "TMPDIR": str(work / "tmp"), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        run_command(toml, "--quiet"),
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode != 0, "a damaged state delta was read without error"
-    return done.stderr.strip().splitlines()[-1].removeprefix("inorder: error: ")
+    return toml
 
 
 def _damage(path: Path, how: str) -> None:
@@ -117,15 +124,23 @@ def test_damaged_checkpoint_is_refused_by_name(
         line = str(refused.value)
     else:
         line = _run_elsewhere(kafka, topic, tmp_path)
+    # verify needs the checkpoint's info file (whose output it is) but never the state.
+    proof_ok, proof = verified(_pipeline_file(kafka, topic, tmp_path))
+    proof_as_expected = (
+        not proof_ok and damaged.name in proof and "\n" not in proof
+        if target == "info file"
+        else proof_ok
+    )
     ok = "\n" not in line and "inorder repair" in line and damaged.name in line
     matrix.record(
         group="storage",
         fault=f"{target} {how}",
         times=1,
         outcome="named error",
-        check=line,
-        ok=ok,
+        check=f"{line}; {proof}",
+        ok=ok and proof_as_expected,
     )
+    assert proof_as_expected, proof
     assert "\n" not in line, line
     assert damaged.name in line and "inorder repair" in line, line
     assert read_committed(str(tmp_path / "out")).num_rows == rows_before  # nothing reset
