@@ -8,6 +8,7 @@ anything grow over the hour?), then the live files per topic at the end.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from _common import median, table
@@ -22,7 +23,7 @@ def windows(r: Any, minutes: float) -> str:
     """The soak table of one run: per window of ``minutes`` after the traffic started."""
     width = minutes * 60
     end = max(r.batch_started.values(), default=r.traffic_at)
-    count = max(1, int((end - r.traffic_at) // width) + (1 if (end - r.traffic_at) % width else 0))
+    count = max(1, math.ceil((end - r.traffic_at) / width))
     rows = []
     for w in range(count):
         lo, hi = r.traffic_at + w * width, r.traffic_at + (w + 1) * width

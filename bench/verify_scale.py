@@ -94,8 +94,9 @@ def build(root: Path, rows: int, file_rows: int, per_batch: int, distinct: bool 
     return batches
 
 
-def timed_verify(root: Path, *extra: str) -> tuple[float, dict[str, object]]:
-    """``verify`` of ``root`` in a fresh process: wall seconds and the report."""
+def timed_verify(root: Path, *extra: str, cold: bool = False) -> tuple[float, dict[str, object]]:
+    """``verify`` of ``root`` in a fresh process (``cold``: the page cache dropped first):
+    wall seconds and the report."""
     code = (
         "import json, sys\n"
         "from inorder.sinks.parquet import ParquetSink\n"
@@ -104,15 +105,11 @@ def timed_verify(root: Path, *extra: str) -> tuple[float, dict[str, object]]:
         f"sample={int(extra[0]) if extra else 0})\n"
         "print(json.dumps(r.to_json()))\n"
     )
-    if COLD:
+    if cold:
         drop_page_cache()
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return time.perf_counter() - started, json.loads(done.stdout)
-
-
-#: Drop the page cache before each verify (``--distinct`` as root).
-COLD = False
 
 
 def drop_page_cache() -> bool:
@@ -136,16 +133,15 @@ def main() -> None:
     parser.add_argument("--distinct", action="store_true", help="copies, not hard links")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
-    global COLD
-    COLD = args.distinct and drop_page_cache()
+    cold = args.distinct and drop_page_cache()  # False where this process may not
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "out"
         root.mkdir()
         started = time.perf_counter()
         batches = build(root, args.rows, args.file_rows, args.files_per_batch, args.distinct)
         built = time.perf_counter() - started
-        plain = [timed_verify(root) for _ in range(3)]
-        sampled = [timed_verify(root, str(args.sample)) for _ in range(3)]
+        plain = [timed_verify(root, cold=cold) for _ in range(3)]
+        sampled = [timed_verify(root, str(args.sample), cold=cold) for _ in range(3)]
     report = plain[0][1]
     folded = " (all but the newest 100 folded into a commit checkpoint)" if batches > 100 else ""
     assert report["ok"] is True, report["problems"]
@@ -170,7 +166,7 @@ def main() -> None:
             f"{'distinct' if args.distinct else 'hard-linked'} files, {batches:,} "
             f"batches{folded}, four partitions; built in {built:.0f} s. `verify` in a fresh "
             "process (imports included"
-            + ("; the page cache dropped before each" if COLD else "")
+            + ("; the page cache dropped before each" if cold else "")
             + "), wall seconds, median of 3:",
             "",
             table(["check", "s"], rows, right=(1,)),
