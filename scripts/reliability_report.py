@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -83,8 +84,18 @@ def _load() -> str:
     return f"{one:.2f} / {five:.2f} / {fifteen:.2f} (1 / 5 / 15 min)"
 
 
+#: A path in a test's temporary directory: the page shows ``<dir>`` (and the file's name) instead,
+#: so it names no path of the machine it ran on.
+_TEMP_PATH = re.compile(r"(?:/private)?/(?:tmp|var/folders)/[^\s'\",;:)]*[^\s'\",;:).]")
+
+
+def _scrubbed(found: re.Match[str]) -> str:
+    name = found.group(0).rsplit("/", 1)[-1]
+    return f"<dir>/{name}" if "." in name else "<dir>"
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return _TEMP_PATH.sub(_scrubbed, text).replace("|", "\\|").replace("\n", " ")
 
 
 def _group_key(group: str) -> tuple[int, str]:
