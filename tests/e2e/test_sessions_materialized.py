@@ -119,7 +119,10 @@ def test_kill_9_restarts_keep_materializations_exact(kafka: Any, tmp_path: Path)
     toml.write_text(dump_toml(cfg))
     rng = random.Random(13)
     seen = 0
-    for _ in range(3):  # each run killed a few batches after its first commit: mid-stream
+    # Two kills, each a few batches after the run's first commit (mid-stream): the second run
+    # restarts beside one dead run's residue, the last beside a restarted one's; a crash loop
+    # of several dead attempts in a row is tests/faults' (test_crash_loop_within_one_batch).
+    for _ in range(2):
         seen = kill_9_after_a_commit(
             start_quiet_run(toml, tmp_path), tmp_path / "output", seen, rng, 4.0
         )

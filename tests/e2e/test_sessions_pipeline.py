@@ -152,7 +152,7 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
     )
     config = pipeline_config(kafka.bootstrap_servers, prefix, tmp_path)
     # Small batches: 40 micro-batches of at least 1 s, so every kill lands mid-stream (a run
-    # is killed within 4.5 s of its first commit: 6 batches each at most, 18 in all).
+    # is killed within 4.5 s of its first commit: 6 batches each at most, 12 in all).
     config["source"]["max_offsets_per_trigger"] = 200
     config["spark"]["master"] = "local[2]"
     toml = tmp_path / "pipeline.toml"
@@ -161,7 +161,10 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
     toml.write_text(dump_toml(config))
     rng = random.Random(11)
     seen = 0
-    for _ in range(3):  # each run killed a few batches after its first commit: mid-stream
+    # Two kills, each a few batches after the run's first commit (mid-stream): the second run
+    # restarts beside one dead run's residue, the last beside a restarted one's; a crash loop
+    # of several dead attempts in a row is tests/faults' (test_crash_loop_within_one_batch).
+    for _ in range(2):
         seen = kill_9_after_a_commit(
             start_quiet_run(toml, tmp_path), tmp_path / "output", seen, rng, 4.0
         )
