@@ -55,7 +55,7 @@ def test_a_0_1_0_checkpoint_and_output_resume(kafka: Any, tmp_path: Path) -> Non
 
     state = tmp_path / "ck" / "engine" / "state"
     meta_before = json.loads((state / "_meta.json").read_text())
-    assert "format" not in meta_before  # 0.1.0 wrote no format: format 1, Parquet files
+    assert meta_before.get("format", 1) == 1  # 0.1.0's: Parquet state files
     bootstrap = f"source.bootstrap_servers={kafka.bootstrap_servers}"
     done = _cli(tmp_path, "run", "pipeline.toml", "--set", bootstrap)
     assert done.returncode == 0, done.stderr
