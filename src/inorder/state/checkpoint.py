@@ -69,10 +69,10 @@ _THREADED_READ_BYTES = 1 << 20
 #: Single batch records are merged every this many batches (the newest ones stay single).
 BATCH_RECORDS_MERGE = 100
 #: State files whose columns hold more than this are written compressed (zstd). Below it,
-#: uncompressed: a delta of a few dozen keys took 10-40 us to encode and as much to decode
-#: uncompressed, 50-150 us with lz4 and 200-900 us with zstd (a codec's fixed cost per
-#: buffer), for 1-3 kB saved; a snapshot of 50,000 keys is 5.9 MB uncompressed, 1.0 MB with
-#: zstd (bench numbers in docs/state.md).
+#: uncompressed: a delta of 40 keys took 12 us CPU to encode and 31 to decode uncompressed,
+#: 27 and 46 with lz4, 297 and 369 with zstd (a codec's fixed cost per buffer), for 1.4-2.4
+#: kB saved; a snapshot of 50,000 keys is 5.1 MB uncompressed, 0.9 MB with zstd
+#: (``bench/state_encoding.py``; the numbers in docs/state.md).
 _COMPRESS_FROM_BYTES = 64 << 10
 #: Small files are encoded on the calling thread: Arrow's pool only adds hand-offs there.
 _IPC_PLAIN = paipc.IpcWriteOptions(compression=None, use_threads=False)
