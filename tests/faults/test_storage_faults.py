@@ -7,6 +7,7 @@ way out (``inorder repair``), leaving the output as it was.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,10 @@ def _run_elsewhere(kafka: Any, topic: str, work: Path) -> str:
     """
     toml = _pipeline_file(kafka, topic, work)
     (work / "tmp").mkdir()
-    env = {**spark_child_env(), "TMPDIR": str(work / "tmp"), "PYTHONPATH": str(ROOT)}
+    # This tree's code first: an installed inorder (an editable install of another
+    # checkout) must not answer for it.
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    env = {**spark_child_env(), "TMPDIR": str(work / "tmp"), "PYTHONPATH": path}
     done = subprocess.run(
         run_command(toml, "--quiet"),
         env=env,

@@ -53,9 +53,21 @@ def test_a_0_1_0_checkpoint_and_output_resume(kafka: Any, tmp_path: Path) -> Non
     before = read_committed(str(tmp_path / "out"))
     assert before.num_rows > 0
 
+    state = tmp_path / "ck" / "engine" / "state"
+    meta_before = json.loads((state / "_meta.json").read_text())
+    assert meta_before.get("format", 1) == 1  # 0.1.0's: Parquet state files
     bootstrap = f"source.bootstrap_servers={kafka.bootstrap_servers}"
     done = _cli(tmp_path, "run", "pipeline.toml", "--set", bootstrap)
     assert done.returncode == 0, done.stderr
+
+    # The state directory was raised to format 2, epoch and fingerprint kept; 0.1.0's Parquet
+    # deltas were read and stay, the resumed batches wrote Arrow IPC files.
+    assert json.loads((state / "_meta.json").read_text()) == {**meta_before, "format": 2}
+    names = [p.name for p in state.rglob("*") if p.is_file() and p.name != "_meta.json"]
+    old = sorted(n for n in names if n.endswith(".parquet"))
+    assert len(old) == 8 and all(int(n[:20]) <= 1 for n in old), old
+    assert all(n.endswith(".arrow") and int(n[:20]) >= 2 for n in names if n not in old)
+    assert len(names) > len(old)
 
     info = json.loads((tmp_path / "ck" / "inorder-checkpoint.json").read_text())
     assert info["pipeline"]["name"] == "compat"  # adopted: identity recorded on first resume

@@ -1,4 +1,5 @@
-"""A state directory written by a newer release is refused by name, never read as empty."""
+"""A state directory written by a newer release is refused by name, never read as empty;
+one of an older format is raised to this release's before it writes state files."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from inorder.errors import ConfigError
-from inorder.state.checkpoint import STATE_FORMAT, CheckpointStore
+from inorder.records import TopicPartition
+from inorder.state.checkpoint import (
+    STATE_FORMAT,
+    CheckpointStore,
+    VersionFile,
+    parse_version_file,
+)
 
 
 def test_state_of_a_newer_format_is_refused_with_its_file_named(tmp_path: Path) -> None:
@@ -32,3 +39,45 @@ def test_state_meta_of_the_first_releases_has_no_format_and_is_read(tmp_path: Pa
     meta = tmp_path / "ckpt" / "state" / "_meta.json"
     meta.write_text(json.dumps({k: v for k, v in created.items() if k != "format"}))
     assert store.state_meta() == {k: v for k, v in created.items() if k != "format"}
+
+
+def test_this_release_writes_format_2_and_refuses_format_3_by_name(tmp_path: Path) -> None:
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+    assert STATE_FORMAT == 2 and store.init_state_meta({})["format"] == 2
+    meta = tmp_path / "ckpt" / "state" / "_meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "format": 3}))
+    with pytest.raises(ConfigError, match=r"its state is of format 3 .* run the newer release"):
+        store.state_meta()
+
+
+@pytest.mark.parametrize("older", [1, None])
+def test_an_older_format_is_raised_before_state_files_are_written(
+    tmp_path: Path, older: int | None
+) -> None:
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+    created = store.init_state_meta({"fields": ["n"]})
+    meta = tmp_path / "ckpt" / "state" / "_meta.json"
+    first = {k: v for k, v in created.items() if k != "format"}
+    meta.write_text(json.dumps(first if older is None else {**first, "format": older}))
+    found = store.state_meta()
+    assert found is not None
+    adopted = store.adopt_state_meta(found)
+    # Epoch and fingerprint kept: caches stay valid and the type check sees the same type.
+    assert adopted == {**first, "format": 2} == json.loads(meta.read_text())
+    assert store.state_meta() == adopted
+    before = meta.stat().st_mtime_ns
+    assert store.adopt_state_meta(adopted) == adopted and meta.stat().st_mtime_ns == before
+
+
+def test_state_file_names_of_both_encodings_are_version_files() -> None:
+    assert parse_version_file(f"{7:020d}.delta.{'a' * 12}.arrow", "p") == VersionFile(
+        7, "delta", "p", "a" * 12
+    )
+    assert parse_version_file(f"{7:020d}.snapshot.parquet", "p") == VersionFile(7, "snapshot", "p")
+    assert parse_version_file(f"{-1:020d}.snapshot.arrow", "p") == VersionFile(-1, "snapshot", "p")
+    for other in (f"{7:020d}.delta.feather", f"{7:020d}.delta.arrow.tmp", ".tmp-0123abcd"):
+        assert parse_version_file(other, "p") is None
+    store = CheckpointStore("/ckpt")
+    assert store.file_path(TopicPartition("t", 0), 7, "delta", "b" * 12).endswith(
+        f"/state/t/0/{7:020d}.delta.{'b' * 12}.arrow"
+    )

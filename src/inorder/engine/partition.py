@@ -139,6 +139,9 @@ class PartitionBackend:
             meta = self.checkpoint.init_state_meta(fingerprint(types.state))
         else:
             check_compatible(meta["fingerprint"], types.state)
+            # Before any batch (or seed) writes a state file of this release's format into
+            # a checkpoint an earlier format made: from here on that release refuses it.
+            meta = self.checkpoint.adopt_state_meta(meta)
         try:
             self.sink.check(schema)
             if self.dead_letter_sink is not None:

@@ -2,11 +2,16 @@
 
 Layout under the checkpoint root::
 
-    state/_meta.json                                  epoch id + state type fingerprint
-    state/<topic>/<partition>/<version:020d>.delta.parquet      keys changed in batch <version>
-    state/<topic>/<partition>/<version:020d>.snapshot.parquet   all keys after batch <version>
+    state/_meta.json                                  format, epoch id, state type fingerprint
+    state/<topic>/<partition>/<version:020d>.delta[.<attempt>].arrow      keys changed in <version>
+    state/<topic>/<partition>/<version:020d>.snapshot[.<attempt>].arrow   all keys after <version>
     batches/<batch_id:020d>.json                      the batch's processing time
     batches/upto-<batch_id:020d>.parquet              processing times of batches <= that id
+
+State files are Arrow IPC files (format 2); those of format 1 (``.parquet``, the same schema
+and metadata) are read forever, and a partition may hold both: a file's encoding is its own,
+the versions chain across them, and old files go as every file goes, by version (see
+``docs/state.md``).
 
 A version is a micro-batch id. Files are written whole and appear atomically (temp file +
 rename locally, a single PUT on S3), so a reader never sees half a file; rewriting a version
@@ -34,6 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.ipc as paipc
 import pyarrow.parquet as pq
 
 from inorder.errors import ConfigError, StorageError
@@ -51,15 +57,26 @@ from inorder.storage.group_sync import make_durable, write_unsynced
 
 #: The state directory's format (``state/_meta.json``): a release refuses a newer one. A
 #: release that changes how state files are named or encoded raises it, so that an earlier
-#: release stops with a named error instead of missing those files.
-STATE_FORMAT = 1
-#: ``<version>.<kind>[.<attempt>].parquet``: files written before attempts were named have none.
-_FILE = re.compile(r"^(-?\d{19,20})\.(delta|snapshot)(?:\.([0-9a-f]{12}))?\.parquet$")
+#: release stops with a named error instead of missing those files. 1: Parquet state files;
+#: 2: Arrow IPC files (Parquet ones still read).
+STATE_FORMAT = 2
+#: ``<version>.<kind>[.<attempt>].<arrow|parquet>``: files written before attempts were named
+#: have none; ``.parquet`` is format 1's encoding, ``.arrow`` format 2's.
+_FILE = re.compile(r"^(-?\d{19,20})\.(delta|snapshot)(?:\.([0-9a-f]{12}))?\.(arrow|parquet)$")
 _MERGED = re.compile(r"^upto-(\d{20})\.parquet$")
 #: State files larger than this are decoded with Arrow's threads (snapshots of many keys).
 _THREADED_READ_BYTES = 1 << 20
 #: Single batch records are merged every this many batches (the newest ones stay single).
 BATCH_RECORDS_MERGE = 100
+#: State files whose columns hold more than this are written compressed (zstd). Below it,
+#: uncompressed: a delta of 40 keys took 12 us CPU to encode and 31 to decode uncompressed,
+#: 27 and 46 with lz4, 297 and 369 with zstd (a codec's fixed cost per buffer), for 1.4-2.4
+#: kB saved; a snapshot of 50,000 keys is 5.1 MB uncompressed, 0.9 MB with zstd
+#: (``bench/state_encoding.py``; the numbers in docs/state.md).
+_COMPRESS_FROM_BYTES = 64 << 10
+#: Small files are encoded on the calling thread: Arrow's pool only adds hand-offs there.
+_IPC_PLAIN = paipc.IpcWriteOptions(compression=None, use_threads=False)
+_IPC_ZSTD = paipc.IpcWriteOptions(compression="zstd", use_threads=False)
 
 #: Arrow schema of delta and snapshot files (one row per key).
 STATE_FILE_SCHEMA = pa.schema(
@@ -77,6 +94,8 @@ STATE_FILE_SCHEMA = pa.schema(
     ]
 )
 
+#: The key of the state file's metadata JSON (version, epoch, partition meta) in its schema's
+#: key-value metadata (Parquet and Arrow IPC keep the schema's metadata alike).
 META_KEY = b"inorder.meta"
 
 
@@ -98,6 +117,33 @@ def parse_version_file(name: str, path: str) -> VersionFile | None:
     if m is None:
         return None
     return VersionFile(int(m.group(1)), m.group(2), path, m.group(3) or "")
+
+
+def encode_state_file(table: pa.Table) -> bytes:
+    """A state table as the bytes of an Arrow IPC file (format 2), its schema metadata kept."""
+    options = _IPC_ZSTD if table.nbytes > _COMPRESS_FROM_BYTES else _IPC_PLAIN
+    sink = pa.BufferOutputStream()
+    with paipc.new_file(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
+
+
+def decode_state_file(path: str, data: bytes) -> pa.Table:
+    """The table in a state file's bytes, by the encoding its name says (``.arrow`` or
+    ``.parquet``); ``pa.ArrowInvalid`` when they are not a whole file of that encoding."""
+    threads = len(data) > _THREADED_READ_BYTES
+    if path.endswith(".arrow"):
+        options = paipc.IpcReadOptions(use_threads=threads)
+        table: pa.Table = paipc.open_file(pa.BufferReader(data), options=options).read_all()
+        # IPC files carry no checksum and Arrow checks only their structure's sizes when
+        # reading: damaged offsets or text must be a named error, never garbage (or a crash)
+        # in to_pylist. A full validation costs a few microseconds for a delta.
+        table.validate(full=True)
+        return table
+    parquet = pq.ParquetFile(pa.BufferReader(data))
+    read: pa.Table = parquet.read(use_threads=threads)
+    return read
 
 
 class CheckpointStore:
@@ -180,6 +226,20 @@ class CheckpointStore:
         meta = {"format": STATE_FORMAT, "epoch": uuid.uuid4().hex, "fingerprint": fingerprint}
         self.write_json(meta, "state", "_meta.json")
         return meta
+
+    def adopt_state_meta(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """``meta`` (from :meth:`state_meta`) raised to :data:`STATE_FORMAT`, written if it was
+        older; everything else in it (epoch, fingerprint) kept.
+
+        Called before this release writes its first state file into a checkpoint an earlier
+        format made: from then on, a release of that format refuses the directory by name
+        instead of missing the files it cannot read (and starting partitions empty).
+        """
+        if meta.get("format", 1) == STATE_FORMAT:
+            return meta
+        adopted = {**meta, "format": STATE_FORMAT}
+        self.write_json(adopted, "state", "_meta.json")
+        return adopted
 
     def batch_time_us(self, batch_id: int) -> int:
         """The processing time of ``batch_id``: recorded at its first run, reused on re-runs."""
@@ -291,21 +351,22 @@ class CheckpointStore:
         return found
 
     def file_path(self, tp: TopicPartition, version: int, kind: str, attempt: str = "") -> str:
-        """Where version ``version`` of kind ``kind`` written by ``attempt`` lives."""
+        """Where version ``version`` of kind ``kind`` written by ``attempt`` lives (written
+        now: this release's encoding)."""
         named = f".{attempt}" if attempt else ""
-        return f"{self.partition_dir(tp)}/{version:020d}.{kind}{named}.parquet"
+        return f"{self.partition_dir(tp)}/{version:020d}.{kind}{named}.arrow"
 
     def write_table(
         self, tp: TopicPartition, version: int, kind: str, table: pa.Table, attempt: str = ""
     ) -> int:
-        """Write a delta or snapshot file atomically; returns its size in bytes."""
-        buffer = io.BytesIO()
-        # State files are always read whole: column statistics and dictionaries would only
-        # cost time (about a third of a small delta's encoding, measured) and bytes.
-        pq.write_table(
-            table, buffer, compression="zstd", write_statistics=False, use_dictionary=False
-        )
-        data = buffer.getvalue()
+        """Write a delta or snapshot file atomically; returns its size in bytes.
+
+        The checkpoint's ``_meta.json`` must say :data:`STATE_FORMAT` already
+        (:meth:`init_state_meta`, :meth:`adopt_state_meta`: the driver's check does it).
+        """
+        # An Arrow IPC file, not Parquet: state files are small and always read whole, and
+        # Parquet's writer and footer cost ~0.3-1 ms per file, 10-30 times the IPC file's.
+        data = encode_state_file(table)
         path = self.file_path(tp, version, kind, attempt)
         try:
             if self._written is None:
@@ -354,8 +415,7 @@ class CheckpointStore:
             # state files are a few kB, and a moved partition reads one per batch it missed).
             with self.location.filesystem.open_input_stream(path) as stream:
                 data = stream.read()
-            parquet = pq.ParquetFile(pa.BufferReader(data))
-            table: pa.Table = parquet.read(use_threads=len(data) > _THREADED_READ_BYTES)
+            table = decode_state_file(path, data)
         except FileNotFoundError:
             raise
         except (pa.ArrowInvalid, OSError) as exc:
