@@ -3,11 +3,12 @@
 One core, no Spark: the same state table (``inorder.state.store._table_of_rows``: N upserts
 with ~60-byte msgpack states, timers and Kafka keys, plus N/10 tombstones) is encoded to bytes
 and decoded back, as ``CheckpointStore.write_table`` and ``read_table`` do, by each encoding:
-Parquet zstd without statistics or dictionaries (format 1), and IPC files uncompressed, lz4
-and zstd, single-threaded. Encodings alternate round by round so that drift (other load)
-hits all of them; the table shows medians over rounds of the process CPU microseconds per
-file (CPU, not wall time: on a shared machine the wall time is mostly waiting for a core),
-and the file's bytes.
+Parquet zstd without statistics or dictionaries (format 1), IPC files uncompressed and with
+their buffers lz4 or zstd, and an uncompressed IPC file compressed whole as one zstd stream
+(format 2's encoding), single-threaded. Encodings alternate round by round so that drift
+(other load) hits all of them; the table shows medians over rounds of the process CPU
+microseconds per file (CPU, not wall time: on a shared machine the wall time is mostly
+waiting for a core), and the file's bytes.
 
     .venv/bin/python bench/state_encoding.py [--keys 1,10,40,200,1000,5000,50000] [--rounds 5]
 """
@@ -80,6 +81,16 @@ def ipc_codec(
     return encode, decode
 
 
+def format2_codec() -> tuple[Callable[[pa.Table], bytes], Callable[[bytes], pa.Table]]:
+    """Format 2's encoding: an uncompressed IPC file, compressed whole as one zstd stream."""
+    from inorder.state.checkpoint import IPC_SUFFIX, decode_state_file, encode_state_file
+
+    def decode(data: bytes) -> pa.Table:
+        return decode_state_file(f"x{IPC_SUFFIX}", data)
+
+    return encode_state_file, decode
+
+
 def _us(fn: Callable[[Any], Any], arg: Any, reps: int) -> float:
     started = time.process_time()
     for _ in range(reps):
@@ -97,6 +108,7 @@ def main() -> int:
         "IPC uncompressed": ipc_codec(None),
         "IPC lz4": ipc_codec("lz4"),
         "IPC zstd": ipc_codec("zstd"),
+        "IPC, the whole file zstd (format 2)": format2_codec(),
     }
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("| keys | encoding | bytes | encode µs CPU | decode µs CPU |\n|---:|---|---:|---:|---:|")

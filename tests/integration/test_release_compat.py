@@ -66,7 +66,7 @@ def test_a_0_1_0_checkpoint_and_output_resume(kafka: Any, tmp_path: Path) -> Non
     names = [p.name for p in state.rglob("*") if p.is_file() and p.name != "_meta.json"]
     old = sorted(n for n in names if n.endswith(".parquet"))
     assert len(old) == 8 and all(int(n[:20]) <= 1 for n in old), old
-    assert all(n.endswith(".arrow") and int(n[:20]) >= 2 for n in names if n not in old)
+    assert all(n.endswith(".arrow.zstd") and int(n[:20]) >= 2 for n in names if n not in old)
     assert len(names) > len(old)
 
     info = json.loads((tmp_path / "ck" / "inorder-checkpoint.json").read_text())

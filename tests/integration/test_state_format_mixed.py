@@ -64,7 +64,7 @@ def format1(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
         def parquet_path(self: CheckpointStore, *args: object) -> str:
             path: str = real(self, *args)  # type: ignore[arg-type]
-            return path.removesuffix(".arrow") + ".parquet"
+            return path.removesuffix(".arrow.zstd") + ".parquet"
 
         patch.setattr(CheckpointStore, "file_path", parquet_path)
         yield
@@ -111,7 +111,7 @@ def test_a_format_1_partition_continues_in_format_2_exactly(
             mixed.batch(b, changes, b * 10)
         if b == 5:
             names = _names(tmp_path / "ckpt")
-            assert {n.rsplit(".", 1)[1] for n in names} == {"parquet", "arrow"}, names
+            assert {n.rsplit(".", 1)[1] for n in names} == {"parquet", "zstd"}, names
             # The tools read the mixed chain (Parquet snapshot 2, deltas 3-4, IPC delta 5).
             assert _all_states(mixed.checkpoint, 5) == _all_states(reference.checkpoint, 5)
             cold = Harness(str(tmp_path / "ckpt"), tmp_path / "cold-5", interval=3, retain=2)
@@ -120,7 +120,7 @@ def test_a_format_1_partition_continues_in_format_2_exactly(
     # Batch 5 was the third delta after snapshot 2: its snapshot, and from then on everything
     # this release writes, is an IPC file; cleanup went by version, Parquet files included.
     names = _names(tmp_path / "ckpt")
-    assert all(n.endswith(".arrow") for n in names), names
+    assert all(n.endswith(".arrow.zstd") for n in names), names
     assert [n.split(".")[:2] for n in names] == [n.split(".")[:2] for n in _names(tmp_path / "ref")]
     last = len(CHANGES)
     assert _all_states(mixed.checkpoint, last) == _all_states(reference.checkpoint, last)
@@ -153,7 +153,7 @@ def test_a_cache_of_a_parquet_version_catches_up_with_ipc_deltas(
 def test_a_damaged_ipc_state_file_is_a_named_error(tmp_path: Path, how: str) -> None:
     h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache", interval=100)
     h.batch(0, CHANGES[0], 0)
-    (path,) = (tmp_path / "ckpt/state/orders/3").glob("*.arrow")
+    (path,) = (tmp_path / "ckpt/state/orders/3").glob("*.arrow.zstd")
     data = path.read_bytes()
     if how == "truncated":
         damaged = data[: len(data) // 2]

@@ -65,7 +65,9 @@ class Harness:
 def files(work: Path) -> list[tuple[int, str]]:
     """The state files of the test partition as (version, kind), each named by its attempt."""
     names = sorted(p.name for p in (work / "ckpt/state/orders/3").iterdir())
-    assert all(re.fullmatch(r"\d{20}\.(delta|snapshot)\.[0-9a-f]{12}\.arrow", n) for n in names)
+    assert all(
+        re.fullmatch(r"\d{20}\.(delta|snapshot)\.[0-9a-f]{12}\.arrow\.zstd", n) for n in names
+    )
     return [(int(n.split(".")[0]), n.split(".")[1]) for n in names]
 
 
@@ -117,14 +119,14 @@ def test_rerun_of_a_batch_is_idempotent_and_ignores_its_stale_version(tmp_path: 
     h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache", interval=100)
     h.batch(0, {"a": entry(1)}, 1)
     h.batch(1, {"a": entry(2), "b": entry(7)}, 2)  # attempt 1 of batch 1 (never committed)
-    (first,) = (tmp_path / "ckpt/state/orders/3").glob(f"{1:020d}.delta.*.arrow")
+    (first,) = (tmp_path / "ckpt/state/orders/3").glob(f"{1:020d}.delta.*.arrow.zstd")
     content = h.checkpoint.read_table(str(first))
     # Re-run of batch 1: must see version 0 (not its own stale version 1, nor the cache at 1).
     found, _, store = h.state(1)
     assert not store.stats.cache_hit
     assert found == {"a": (Tally(1, 10, [1]), 1, None)}
     h.batch(1, {"a": entry(2), "b": entry(7)}, 2)
-    (again,) = (tmp_path / "ckpt/state/orders/3").glob(f"{1:020d}.delta.*.arrow")
+    (again,) = (tmp_path / "ckpt/state/orders/3").glob(f"{1:020d}.delta.*.arrow.zstd")
     assert again != first and h.checkpoint.read_table(str(again)) == content  # same rows
     found, _, store = h.state(2)
     assert store.stats.cache_hit and set(found) == {"a", "b"}

@@ -296,10 +296,10 @@ def python_task_failure(*lines: str) -> str:
         # inorder's state write (inorder.state.checkpoint), already naming its file.
         (
             "inorder.errors.StorageError: cannot write state file "
-            f"{CK}/engine/state/t-000/1/00000000000000000002.delta.arrow: No space left on "
+            f"{CK}/engine/state/t-000/1/00000000000000000002.delta.arrow.zstd: No space left on "
             "device; the batch was not committed: run again once the checkpoint location is "
             "writable",
-            f"{CK}/engine/state/t-000/1/00000000000000000002.delta.arrow (inorder's state)",
+            f"{CK}/engine/state/t-000/1/00000000000000000002.delta.arrow.zstd (inorder's state)",
         ),
         # inorder's Parquet staging: pyarrow's words after the file.
         (

@@ -70,14 +70,21 @@ def test_an_older_format_is_raised_before_state_files_are_written(
 
 
 def test_state_file_names_of_both_encodings_are_version_files() -> None:
-    assert parse_version_file(f"{7:020d}.delta.{'a' * 12}.arrow", "p") == VersionFile(
+    assert parse_version_file(f"{7:020d}.delta.{'a' * 12}.arrow.zstd", "p") == VersionFile(
         7, "delta", "p", "a" * 12
     )
     assert parse_version_file(f"{7:020d}.snapshot.parquet", "p") == VersionFile(7, "snapshot", "p")
-    assert parse_version_file(f"{-1:020d}.snapshot.arrow", "p") == VersionFile(-1, "snapshot", "p")
-    for other in (f"{7:020d}.delta.feather", f"{7:020d}.delta.arrow.tmp", ".tmp-0123abcd"):
+    assert parse_version_file(f"{-1:020d}.snapshot.arrow.zstd", "p") == VersionFile(
+        -1, "snapshot", "p"
+    )
+    for other in (
+        f"{7:020d}.delta.feather",
+        f"{7:020d}.delta.arrow.zstd.tmp",
+        f"{7:020d}.delta.arrow",
+        ".tmp-0123abcd",
+    ):
         assert parse_version_file(other, "p") is None
     store = CheckpointStore("/ckpt")
     assert store.file_path(TopicPartition("t", 0), 7, "delta", "b" * 12).endswith(
-        f"/state/t/0/{7:020d}.delta.{'b' * 12}.arrow"
+        f"/state/t/0/{7:020d}.delta.{'b' * 12}.arrow.zstd"
     )

@@ -3,8 +3,8 @@
 Layout under the checkpoint root::
 
     state/_meta.json                                  format, epoch id, state type fingerprint
-    state/<topic>/<partition>/<version:020d>.delta[.<attempt>].arrow      keys changed in <version>
-    state/<topic>/<partition>/<version:020d>.snapshot[.<attempt>].arrow   all keys after <version>
+    state/<topic>/<partition>/<version:020d>.delta[.<attempt>].arrow.zstd    keys changed then
+    state/<topic>/<partition>/<version:020d>.snapshot[.<attempt>].arrow.zstd all keys after it
     batches/<batch_id:020d>.json                      the batch's processing time
     batches/upto-<batch_id:020d>.parquet              processing times of batches <= that id
 
@@ -58,25 +58,26 @@ from inorder.storage.group_sync import make_durable, write_unsynced
 #: The state directory's format (``state/_meta.json``): a release refuses a newer one. A
 #: release that changes how state files are named or encoded raises it, so that an earlier
 #: release stops with a named error instead of missing those files. 1: Parquet state files;
-#: 2: Arrow IPC files (Parquet ones still read).
+#: 2: Arrow IPC files, each compressed whole with zstd (Parquet ones still read).
 STATE_FORMAT = 2
-#: ``<version>.<kind>[.<attempt>].<arrow|parquet>``: files written before attempts were named
-#: have none; ``.parquet`` is format 1's encoding, ``.arrow`` format 2's.
-_FILE = re.compile(r"^(-?\d{19,20})\.(delta|snapshot)(?:\.([0-9a-f]{12}))?\.(arrow|parquet)$")
+#: ``<version>.<kind>[.<attempt>].<arrow.zstd|parquet>``: files written before attempts were
+#: named have none; ``.parquet`` is format 1's encoding, ``.arrow.zstd`` format 2's.
+_FILE = re.compile(r"^(-?\d{19,20})\.(delta|snapshot)(?:\.([0-9a-f]{12}))?\.(arrow\.zstd|parquet)$")
+#: The name ending of a state file of format 2. Not ``.zst``: pyarrow's filesystems decompress a
+#: file named so when they open it (``compression="detect"``), which every reader would have
+#: to turn off.
+IPC_SUFFIX = ".arrow.zstd"
 _MERGED = re.compile(r"^upto-(\d{20})\.parquet$")
 #: State files larger than this are decoded with Arrow's threads (snapshots of many keys).
 _THREADED_READ_BYTES = 1 << 20
 #: Single batch records are merged every this many batches (the newest ones stay single).
 BATCH_RECORDS_MERGE = 100
-#: State files whose columns hold more than this are written compressed (zstd). Below it,
-#: uncompressed: a delta of 40 keys took 12 us CPU to encode and 31 to decode uncompressed,
-#: 27 and 46 with lz4, 297 and 369 with zstd (a codec's fixed cost per buffer), for 1.4-2.4
-#: kB saved; a snapshot of 50,000 keys is 5.1 MB uncompressed, 0.9 MB with zstd
-#: (``bench/state_encoding.py``; the numbers in docs/state.md).
-_COMPRESS_FROM_BYTES = 64 << 10
-#: Small files are encoded on the calling thread: Arrow's pool only adds hand-offs there.
-_IPC_PLAIN = paipc.IpcWriteOptions(compression=None, use_threads=False)
-_IPC_ZSTD = paipc.IpcWriteOptions(compression="zstd", use_threads=False)
+#: The IPC file is written uncompressed and then compressed whole, as one zstd stream: IPC's
+#: own compression pays a codec's fixed cost per column buffer (297 us CPU to encode and 369
+#: to decode a delta of 40 keys, against 12 and 31 uncompressed), the whole file's stream
+#: about 15 and 30 us more than uncompressed, for a quarter of the bytes (1.5 kB against 6.1
+#: kB; Parquet zstd's 3.1 kB). Measured with ``bench/state_encoding.py`` (docs/state.md).
+_IPC_OPTIONS = paipc.IpcWriteOptions(compression=None, use_threads=False)
 
 #: Arrow schema of delta and snapshot files (one row per key).
 STATE_FILE_SCHEMA = pa.schema(
@@ -120,22 +121,27 @@ def parse_version_file(name: str, path: str) -> VersionFile | None:
 
 
 def encode_state_file(table: pa.Table) -> bytes:
-    """A state table as the bytes of an Arrow IPC file (format 2), its schema metadata kept."""
-    options = _IPC_ZSTD if table.nbytes > _COMPRESS_FROM_BYTES else _IPC_PLAIN
-    sink = pa.BufferOutputStream()
-    with paipc.new_file(sink, table.schema, options=options) as writer:
+    """A state table as the bytes of a zstd-compressed Arrow IPC file (format 2), its schema
+    metadata kept."""
+    ipc = pa.BufferOutputStream()
+    with paipc.new_file(ipc, table.schema, options=_IPC_OPTIONS) as writer:
         writer.write_table(table)
+    sink = pa.BufferOutputStream()
+    with pa.CompressedOutputStream(sink, "zstd") as compressed:
+        compressed.write(ipc.getvalue())
     data: bytes = sink.getvalue().to_pybytes()
     return data
 
 
 def decode_state_file(path: str, data: bytes) -> pa.Table:
-    """The table in a state file's bytes, by the encoding its name says (``.arrow`` or
-    ``.parquet``); ``pa.ArrowInvalid`` when they are not a whole file of that encoding."""
+    """The table in a state file's bytes, by the encoding its name says (``.arrow.zstd`` or
+    ``.parquet``); ``pa.ArrowInvalid`` or ``OSError`` when they are not a whole file of that
+    encoding."""
     threads = len(data) > _THREADED_READ_BYTES
-    if path.endswith(".arrow"):
+    if path.endswith(IPC_SUFFIX):
+        raw = pa.CompressedInputStream(pa.BufferReader(data), "zstd").read()
         options = paipc.IpcReadOptions(use_threads=threads)
-        table: pa.Table = paipc.open_file(pa.BufferReader(data), options=options).read_all()
+        table: pa.Table = paipc.open_file(pa.BufferReader(raw), options=options).read_all()
         # IPC files carry no checksum and Arrow checks only their structure's sizes when
         # reading: damaged offsets or text must be a named error, never garbage (or a crash)
         # in to_pylist. A full validation costs a few microseconds for a delta.
@@ -354,7 +360,7 @@ class CheckpointStore:
         """Where version ``version`` of kind ``kind`` written by ``attempt`` lives (written
         now: this release's encoding)."""
         named = f".{attempt}" if attempt else ""
-        return f"{self.partition_dir(tp)}/{version:020d}.{kind}{named}.arrow"
+        return f"{self.partition_dir(tp)}/{version:020d}.{kind}{named}{IPC_SUFFIX}"
 
     def write_table(
         self, tp: TopicPartition, version: int, kind: str, table: pa.Table, attempt: str = ""
