@@ -7,6 +7,7 @@ dropped) so that deleted manifests are really not needed.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -300,3 +301,49 @@ def test_kill9_during_checkpoint_write_and_cleanup(
     assert all(reader.is_committed(b) for b in range(batches))
     assert reader.last_committed_batch() == batches - 1
     assert len(meta_files(path, options, sp.COMMITS_DIR)) <= 2 * (3 + 3) + 2 + 2
+
+
+def test_the_checkpoint_a_process_writes_is_what_a_fresh_process_reads(tmp_path: Path) -> None:
+    """The writer keeps the checkpoint it created (and its files) cached instead of reading
+    it back: its state, and the next checkpoint built on it, equal a fresh process's, also
+    over a checkpoint whose entries an older release wrote (explicit level 0, no commit
+    time)."""
+    path = str(tmp_path / "out")
+    sink = checkpointing_sink(path, None, interval=4, retention=2)
+    loc = sink.location
+    for batch_id in range(6):
+        assert sink.commit(batch_id, stage(sink, batch_id)) is True
+        if batch_id == 2:
+            compact_parquet(path, grace_seconds=0, full=True)
+        sp.load_state(loc, include_pending_compactions=True)  # as the compactor's rounds do
+    # Batch 3 wrote the checkpoint: kept cached with its files as the writer built them.
+    cached = sp.load_state(loc)
+    assert cached.checkpoint == 3
+    fresh_process_view()
+    fresh = sp.load_state(loc)
+    assert list(cached.files.items()) == list(fresh.files.items())
+    assert cached.offsets == fresh.offsets and list(cached.batches) == list(fresh.batches)
+    assert any(f.level == 1 for f in fresh.files.values())  # the compaction is folded in
+
+    # The checkpoint as an older release wrote its entries: the next one still builds on it.
+    rel = os.path.join(path, sp.COMMITS_DIR, sp.checkpoint_name(3))
+    with open(rel) as f:
+        doc = json.load(f)
+    for entry in doc["files"]:
+        entry.setdefault("level", 0)
+        entry.pop("committed_at", None)
+    with open(rel, "w") as f:
+        json.dump(doc, f)
+    fresh_process_view()
+    older = sp.load_state(loc)
+    sink = checkpointing_sink(path, None, interval=4, retention=2)
+    for batch_id in range(6, 8):
+        assert sink.commit(batch_id, stage(sink, batch_id)) is True
+    cached = sp.load_state(loc)
+    assert cached.checkpoint == 7
+    fresh_process_view()
+    fresh = sp.load_state(loc)
+    assert list(cached.files.items()) == list(fresh.files.items())
+    assert {p: f for p, f in fresh.files.items() if p in older.files} == older.files
+    assert_whole_batches(committed_ids(path, None), ROWS, 8)
+    assert_whole_batches(listed_ids(path, None), ROWS, 8)

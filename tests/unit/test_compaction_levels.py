@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from inorder.sinks.base import SinkError
-from inorder.sinks.commit_log import file_entry, live_file
+from inorder.sinks.commit_log import file_entry, final_name, live_file, partition_dir
 from inorder.sinks.compaction_levels import (
     LevelSettings,
     Merge,
@@ -25,7 +25,7 @@ from inorder.sinks.compaction_levels import (
     plan_full,
     plan_partition,
 )
-from inorder.sinks.compaction_merge import plan_merges
+from inorder.sinks.compaction_merge import partition_files, plan_merges
 from inorder.storage import fs as sfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,6 +194,38 @@ def test_old_logs_compact_by_the_level_rule() -> None:
         ("b", "count", 9),
     ]
     assert all(len({f.partition_values["topic"] for f in m.files}) == 1 for m in merges)
+
+
+def test_files_are_grouped_by_the_directory_partition_dir_names() -> None:
+    """Planning groups files by their name's directory, which is what ``partition_dir``
+    makes of the partition values (escaped, nulls, several columns): the keys the
+    compactor's touched partitions and due times use."""
+    values = [
+        {"topic": "a/b c", "day": "2026-11-27"},
+        {"topic": None, "day": "x%y"},
+        {"topic": "plain", "day": "=?"},
+    ]
+    cols = ["topic", "day"]
+    live = [
+        live_file(
+            {
+                "final": final_name(partition_dir(cols, v), b, 0),
+                "rows": 1,
+                "size_bytes": 10,
+                "partition_values": v,
+            }
+        )
+        for b in range(3)
+        for v in values
+    ]
+    grouped = partition_files(live, cols)
+    assert list(grouped) == [partition_dir(cols, v) for v in values]
+    assert all(len(files) == 3 for files in grouped.values())
+    only = partition_files(live, cols, [partition_dir(cols, values[1])])
+    assert list(only) == [partition_dir(cols, values[1])]
+    assert plan_merges(grouped, cols, settings(trigger=None), now=0.0) == plan_merges(
+        live, cols, settings(trigger=None), now=0.0
+    )
 
 
 def test_a_dataset_of_release_0_1_0_compacts_and_reads_each_row_once(tmp_path: Path) -> None:

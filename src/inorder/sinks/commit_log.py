@@ -265,7 +265,7 @@ def _load_state_once(location: sfs.Location, include_pending_compactions: bool) 
     if base is not None:
         doc = read_checkpoint(location, base)
         offsets = fold_ranges(doc.get("offsets", {}), {})
-        files.update(_live_files(location, f"{COMMITS_DIR}/{checkpoint_name(base)}", doc))
+        files.update(live_files(location, f"{COMMITS_DIR}/{checkpoint_name(base)}", doc))
         batches = BatchIds(doc["batches"])
         floor = int(doc["compaction_seq"])
         if doc.get("schema"):
@@ -286,7 +286,7 @@ def _load_state_once(location: sfs.Location, include_pending_compactions: bool) 
             schema = decode_schema(manifest["schema"])
         partition_by = list(manifest.get("partition_by", partition_by))
         offsets = fold_ranges(offsets, manifest.get("offsets", {}))
-        files.update(_live_files(location, rel, manifest, manifest.get("created_at")))
+        files.update(live_files(location, rel, manifest, manifest.get("created_at")))
     compactions: list[int] = []
     for seq in comp_ids:
         if seq <= floor:
@@ -300,7 +300,7 @@ def _load_state_once(location: sfs.Location, include_pending_compactions: bool) 
         compactions.append(seq)
         for old in manifest["replaces"]:
             files.pop(old, None)
-        files.update(_live_files(location, rel, manifest))
+        files.update(live_files(location, rel, manifest))
     return DatasetState(
         files, batches, compactions, schema, partition_by, pending, base, floor, owner, offsets
     )
@@ -335,10 +335,11 @@ def batch_owner(location: sfs.Location, batch_id: int) -> str | None:
     return None if owner is None else str(owner)
 
 
-def _live_files(
+def live_files(
     location: sfs.Location, rel: str, doc: Mapping[str, Any], committed_at: float | None = None
 ) -> dict[str, LiveFile]:
-    """The files of an immutable manifest, record or checkpoint ``rel`` (built once)."""
+    """The files of an immutable manifest, record or checkpoint ``rel`` (built once per
+    process; read only)."""
     key = (location.uri, rel)
     cached = _FILES_CACHE.get(key)
     if cached is None:
@@ -347,6 +348,21 @@ def _live_files(
             _FILES_CACHE.clear()
         _FILES_CACHE[key] = cached
     return cached
+
+
+def cached_live_files(location: sfs.Location, rel: str) -> dict[str, LiveFile] | None:
+    """The files of ``rel`` if :func:`live_files` built them already (read only)."""
+    return _FILES_CACHE.get((location.uri, rel))
+
+
+def remember_checkpoint(
+    location: sfs.Location, rel: str, doc: dict[str, Any], files: dict[str, LiveFile] | None
+) -> None:
+    """Cache a commit checkpoint this process just created (``files``: its entries as
+    LiveFiles, ``None`` if not at hand), as if read back: it is immutable once created."""
+    _CHECKPOINT_CACHE[location.uri] = (rel, doc)
+    if files is not None:
+        _FILES_CACHE[(location.uri, rel)] = files
 
 
 def live_file(entry: Mapping[str, Any], committed_at: float | None = None) -> LiveFile:

@@ -57,7 +57,13 @@ from inorder.sinks.compaction_levels import (
     check_max_merge_bytes,
     estimate_trigger,
 )
-from inorder.sinks.compaction_merge import due_by_age, file_dir, merge_pieces, plan_merges
+from inorder.sinks.compaction_merge import (
+    due_by_age,
+    file_dir,
+    merge_pieces,
+    partition_files,
+    plan_merges,
+)
 from inorder.sinks.compaction_records import StagedRecord, clean_stale_staging, cleanup_parquet
 from inorder.storage import fs as sfs
 
@@ -154,9 +160,9 @@ def compact_parquet(
         settings = LevelSettings(
             target_file_size, fanout, levels, trigger, max_merge_bytes=max_merge_bytes
         )
-        merges = plan_merges(
-            live, planning.partition_by, settings, when, full and not round_, partitions
-        )
+        # Grouped once per planning: the merges and the age rule's due times both use it.
+        grouped = partition_files(live, planning.partition_by, partitions)
+        merges = plan_merges(grouped, planning.partition_by, settings, when, full and not round_)
         if not round_:
             report.files_before = report.files_after = len(live)
         if dry_run:
@@ -165,14 +171,14 @@ def compact_parquet(
             report.files_after -= sum(len(m.files) - 1 for m in merges)
             return report
         if not merges:
-            report.due = due_by_age(live, planning.partition_by, settings, partitions)
+            report.due = due_by_age(grouped, planning.partition_by, settings)
             break
         taken = budget.take(merges)
         if len(taken) < len(merges):
             # Every partition of this planning: those whose merges wait, and those whose
             # merges' outputs may complete the next level (planned again by the next call).
             report.left = sorted({file_dir(m.files[0].path) for m in merges})
-            due = due_by_age(live, planning.partition_by, settings, partitions)
+            due = due_by_age(grouped, planning.partition_by, settings)
             report.due = {p: t for p, t in due.items() if p not in report.left}
             if not taken:
                 break
