@@ -185,7 +185,7 @@ class ParquetSink(FileSink):
     checkpoint and deletes manifests older than ``manifest_retention`` batches before it (see
     :mod:`inorder.sinks.commit_checkpoint`); ``checkpoint_interval=0`` keeps every manifest.
     ``partition_by=["topic_bucket"]`` partitions by a column the sink derives from the topic,
-    one of ``topic_buckets`` groups, rows sorted by topic in each file
+    one of ``topic_buckets`` groups, rows sorted by topic in each row group
     (:mod:`inorder.sinks.topic_bucket`); a committed layout is never changed in place.
     """
 

@@ -11,18 +11,18 @@ spec, "Bucket Transform Details"): the 32-bit Murmur3 hash (x86 variant, seed 0)
 name's UTF-8 bytes, ``(hash & 0x7FFFFFFF) % N``. It depends on nothing but the name and
 ``N``: the same in every process, release and language (not Python's ``hash()``, which is
 salted per process), and the same value as an Iceberg ``bucket[N](topic)`` partition, so a
-reader with any Iceberg library, Trino's or Spark's ``bucket`` function can compute which
-directory holds a topic.
+reader can compute which directory holds a topic with any Iceberg library (pyiceberg's
+``BucketTransform``, Spark's ``system.bucket``).
 
 The column is derived by the sink from the row's ``topic`` when the output has no column
 of that name: an ``int32`` column ``topic_bucket``, added to the committed schema (readers
 of the dataset see a real partition column) and to the directory names
-(``topic_bucket=7/``). Rows in each file are sorted by ``topic``, ``partition``, ``offset``
-(stable: rows of one record keep their order), so the Parquet statistics of ``topic`` tell
-a reader which row groups and pages hold a topic. The bucket count is kept in the field's
-metadata (``inorder.topic_buckets``), so it travels with the committed schema (manifests
-and commit checkpoints); a sink refuses to write an output whose layout it would change
-(:class:`OutputLayoutChanged`).
+(``topic_bucket=7/``). The rows of each row group are sorted by ``topic``, ``partition``,
+``offset`` (stable: rows of one record keep their order), in batch files and in merged
+ones, so the row groups' Parquet statistics of ``topic`` tell a reader which hold a topic.
+The bucket count is kept in the field's metadata (``inorder.topic_buckets``), so it travels
+with the committed schema (manifests and commit checkpoints); a sink refuses to write an
+output whose layout it would change (:class:`OutputLayoutChanged`).
 """
 
 from __future__ import annotations
