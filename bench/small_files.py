@@ -2,13 +2,14 @@
 
 Run: ``.venv/bin/python bench/small_files.py [--sites 30,300] [--batches 20]
 [--trigger "5 seconds"] [--rate-per-site 1] [--format parquet|delta]
-[--modes off,background,inline] [--window-minutes 10] [--write-docs]`` (a soak: bench/_soak.py)
+[--modes off,background,inline] [--layouts topic,bucket] [--buckets 32] [--window-minutes 10]
+[--write-docs]`` (a soak: bench/_soak.py; the layouts: bench/_layouts.py)
 
 For each site count N and each compaction mode: N topics of one partition each (the
 simulator's session traffic, one topic per site), a few messages first so every topic
 exists, then the session job of ``examples/sessions.toml`` (``local[2]``, processing-time
-``--trigger``, output partitioned by topic, Parquet zstd or Delta) starts in a thread while
-the simulator produces ``--rate-per-site`` x N messages/s in the main thread. Once
+``--trigger``, output partitioned by each of ``--layouts``, Parquet zstd or Delta) starts in a
+thread while the simulator produces ``--rate-per-site`` x N messages/s in the main thread. Once
 ``--batches`` batches have committed after the traffic started (or at a SIGINT), the producer
 is stopped (SIGINT, which the simulator handles by flushing) and so is the query.
 
@@ -33,7 +34,8 @@ a warm-up and not measured):
   how many, their total and their longest time;
 - p50/p99 produce-to-committed latency: commit time (Parquet: the batch manifest's
   ``.done`` marker; Delta: the commit's timestamp) minus the row's ``kafka_ts``;
-- peak RSS of the driver's process (also the producer's) and of the JVM and Python workers.
+- peak RSS of the driver's process (also the producer's) and of the JVM and Python workers,
+  and their CPU seconds over the run (and the cores they kept busy: CPU / wall).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common
+import _layouts as layouts
 import _soak as soak
 
 SECTION = "## Small files: many sites at a 5 s trigger (issue 38)"
@@ -67,6 +70,7 @@ class Run:
     sites: int
     mode: str
     fmt: str
+    layout: str = "topic"
     batch_seconds: dict[int, float] = field(default_factory=dict)
     """foreachBatch time per committed batch (compaction included)."""
     compact_seconds: dict[int, float] = field(default_factory=dict)
@@ -96,42 +100,9 @@ class Run:
     rss_children: int = 0
     produced: int = 0
     wall: float = 0.0
-
-
-class RssSampler(threading.Thread):
-    """Peak RSS of this process and of its descendants but the broker, every 0.2 s."""
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.driver = 0
-        self.children = 0
-        self.timeline: list[tuple[float, int, int]] = []
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        """Sample until :meth:`stop`."""
-        import psutil
-
-        me = psutil.Process()
-        while not self._stop_event.wait(0.2):
-            try:
-                self.driver = max(self.driver, me.memory_info().rss)
-                total = 0
-                for child in me.children(recursive=True):
-                    try:
-                        if "noida" not in child.name():  # the broker holds every message
-                            total += child.memory_info().rss
-                    except psutil.Error:
-                        continue  # a worker that exited between listing and reading
-                self.children = max(self.children, total)
-                self.timeline.append((time.time(), me.memory_info().rss, total))
-            except psutil.Error:
-                continue
-
-    def stop(self) -> None:
-        """End sampling."""
-        self._stop_event.set()
-        self.join(5)
+    cpu_driver: float = 0.0
+    cpu_children: float = 0.0
+    """CPU seconds of the driver (and producer) and of the JVM + workers over the run."""
 
 
 def _disk_files(path: str) -> int:
@@ -252,13 +223,20 @@ def _wrap_compaction(fmt: str, timed: Callable[[float], None]) -> Callable[[], N
 
 
 def run_once(
-    bootstrap: str, tmp: str, *, sites: int, mode: str, fmt: str, args: argparse.Namespace
+    bootstrap: str,
+    tmp: str,
+    *,
+    sites: int,
+    mode: str,
+    fmt: str,
+    args: argparse.Namespace,
+    layout: str = "topic",
 ) -> Run:
     """One pipeline run over ``sites`` fresh topics; its measurements."""
     from inorder.assemble import build_pipeline
     from inorder.pipeline.runner import PipelineRunner
 
-    run = Run(sites=sites, mode=mode, fmt=fmt)
+    run = Run(sites=sites, mode=mode, fmt=fmt, layout=layout)
     prefix = f"sf{sites}-{uuid.uuid4().hex[:6]}-"
     work = f"{tmp}/{prefix.rstrip('-')}"
     Path(work).mkdir(parents=True)
@@ -269,6 +247,7 @@ def run_once(
     )
     config["sink"]["type"] = fmt
     config["sink"]["compact"] = mode != "off"
+    layouts.apply_layout(config, layout, args.buckets)
     pipeline = build_pipeline(config)
     if mode == "inline" and fmt == "parquet":
         pipeline.sink.compact_in_background = False  # type: ignore[attr-defined]
@@ -308,7 +287,7 @@ def run_once(
         return backend
 
     runner._make_backend = make_backend  # type: ignore[method-assign]
-    sampler = RssSampler()
+    sampler = layouts.RssSampler()
     sampler.start()
     began = time.perf_counter()
     thread = threading.Thread(target=runner.run, daemon=True)
@@ -348,6 +327,7 @@ def run_once(
     run.latencies = [latency for _, latency in run.latency_points]
     run.rss_driver, run.rss_children = sampler.driver, sampler.children
     run.rss_timeline = sampler.timeline
+    run.cpu_driver, run.cpu_children = sampler.cpu_driver, sampler.cpu_children
     return run
 
 
@@ -356,7 +336,7 @@ def line(r: Run) -> str:
     m = r.measured
     files = [r.batch_files[b] for b in m if b in r.batch_files] or [0]  # the log folds batches
     return (
-        f"{r.sites} sites compact={r.mode} ({r.fmt}): {len(m)} batches, "
+        f"{r.sites} sites {r.layout} compact={r.mode} ({r.fmt}): {len(m)} batches, "
         f"{statistics.mean(files):.0f} files/batch, "
         f"batch {common.median([r.batch_seconds[b] for b in m]):.2f} s, "
         f"compaction {common.median([r.compact_seconds.get(b, 0.0) for b in m]):.2f} s, "
@@ -364,21 +344,22 @@ def line(r: Run) -> str:
         f"live {r.live_files}, disk {r.disk_files}, ingested {r.ingested_bytes / 1e6:.2f} MB, "
         f"compaction wrote {r.compaction_written / 1e6:.2f} MB, "
         f"p50/p99 {soak.pct(r.latencies, 0.5):.1f}/{soak.pct(r.latencies, 0.99):.1f} s, "
-        f"RSS {r.rss_driver / 2**20:.0f}+{r.rss_children / 2**20:.0f} MiB, wall {r.wall:.0f} s"
+        f"RSS {r.rss_driver / 2**20:.0f}+{r.rss_children / 2**20:.0f} MiB, "
+        f"CPU {r.cpu_driver:.0f}+{r.cpu_children:.0f} s, wall {r.wall:.0f} s"
     )
 
 
 def report(runs: list[Run]) -> str:
     """The Markdown table."""
     rows = []
-    base = {r.sites: r for r in runs if r.mode == "off"}
+    base = {(r.sites, r.layout): r for r in runs if r.mode == "off"}
     for r in runs:
         m = r.measured
         m_logged = [b for b in m if b in r.batch_files]
         files = [r.batch_files[b] for b in m_logged]
         batch = [r.batch_seconds[b] for b in m]
         written_rows = sum(r.batch_rows[b] for b in m_logged)
-        off = base.get(r.sites)
+        off = base.get((r.sites, r.layout))
         added = (
             common.median(batch) - common.median([off.batch_seconds[b] for b in off.measured])
             if off is not None and r is not off and off.measured
@@ -388,6 +369,7 @@ def report(runs: list[Run]) -> str:
         rows.append(
             [
                 r.sites,
+                r.layout,
                 r.fmt,
                 r.mode,
                 len(m),
@@ -407,11 +389,14 @@ def report(runs: list[Run]) -> str:
                 "-" if added is None else f"{added:+.2f}",
                 f"{soak.pct(r.latencies, 0.5):.1f} / {soak.pct(r.latencies, 0.99):.1f}",
                 f"{r.rss_driver / 2**20:.0f} / {r.rss_children / 2**20:.0f}",
+                f"{r.cpu_driver:.0f} / {r.cpu_children:.0f} "
+                f"({(r.cpu_driver + r.cpu_children) / max(r.wall, 1e-9):.2f})",
             ]
         )
     return common.table(
         [
             "sites",
+            "layout",
             "format",
             "compact",
             "batches",
@@ -430,9 +415,10 @@ def report(runs: list[Run]) -> str:
             "batch s added (p50)",
             "latency s p50 / p99",
             "peak RSS MiB driver / JVM+workers",
+            "CPU s driver / JVM+workers (cores)",
         ],
         rows,
-        right=(0, *range(3, 19)),
+        right=(0, *range(4, 21)),
     )
 
 
@@ -455,19 +441,27 @@ def main() -> int:
     parser.add_argument(
         "--window-minutes", type=float, default=0.0, help="a soak table per run (0: none)"
     )
+    parser.add_argument("--layouts", default="topic", help="comma-separated: topic, bucket")
+    parser.add_argument("--buckets", type=int, default=32, help="topic_buckets of `bucket`")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     common.setup_env()
     command = "python bench/small_files.py " + " ".join(sys.argv[1:])
     load_before = os.getloadavg()
+    layout_list = args.layouts.split(",")
+    for layout in layout_list:
+        layouts.apply_layout({"sink": {}}, layout, args.buckets)  # unknown: refused at once
     runs: list[Run] = []
     with common.workdir("inorder-small-files-") as tmp, common.broker(tmp) as bootstrap:
         for sites in [int(s) for s in args.sites.split(",")]:
-            for mode in args.modes.split(","):
+            for layout, mode in [(x, m) for x in layout_list for m in args.modes.split(",")]:
                 mode = "background" if mode == "on" else mode
                 if mode not in ("off", "background", "inline"):
                     raise SystemExit(f"--modes: unknown mode {mode!r}")
-                r = run_once(bootstrap, tmp, sites=sites, mode=mode, fmt=args.format, args=args)
+                r = run_once(
+                    bootstrap, tmp, sites=sites, mode=mode, fmt=args.format, args=args,
+                    layout=layout,
+                )  # fmt: skip
                 runs.append(r)
                 # The table so far after every run: a long run cut short still reports.
                 print(line(r) + "\n\n" + report(runs) + "\n", flush=True)
@@ -480,8 +474,8 @@ def main() -> int:
         f"{SECTION}\n\n{common.header(command)}\n\nLoad average (1/5/15 min) before, after: "
         f"{load}. The session job on local[2], trigger `{args.trigger}`, "
         f"{args.rate_per_site:g} message/s per site, one topic of one partition per site, "
-        f"output partitioned by topic, {args.format} zstd; `compact` is the sink's "
-        "compaction after each commit (target file size 128 MiB): `background` in its "
+        f"{layouts.describe(layout_list, args.buckets)}, {args.format} zstd; `compact` is the "
+        "sink's compaction after each commit (target file size 128 MiB): `background` in its "
         "compactor thread, `inline` inside the commit. Per run, the first "
         f"{args.batches} batches after a warm-up batch; write amplification = bytes written "
         "by compaction / bytes the batches wrote; batch time is foreachBatch (inline "

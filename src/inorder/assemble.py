@@ -138,6 +138,7 @@ def _parquet_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Si
         DEFAULT_LEVELS,
     )
     from inorder.sinks.parquet import ParquetSink
+    from inorder.sinks.topic_bucket import DEFAULT_TOPIC_BUCKETS
 
     return ParquetSink(
         spec["path"],
@@ -149,6 +150,7 @@ def _parquet_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Si
         compaction_fanout=spec.get("compaction_fanout", DEFAULT_FANOUT),
         compaction_levels=spec.get("compaction_levels", DEFAULT_LEVELS),
         compaction_max_merge_bytes=spec.get("compaction_max_merge_bytes") or None,
+        topic_buckets=spec.get("topic_buckets", DEFAULT_TOPIC_BUCKETS),
     )
 
 

@@ -258,7 +258,19 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             "Output location: local path or s3://bucket/prefix (iceberg: the warehouse).",
             required=True,
         ),
-        "partition_by": Setting(list, ["topic"], "Output columns to partition files by."),
+        "partition_by": Setting(
+            list,
+            ["topic"],
+            'Output columns to partition files by; parquet: "topic_bucket" is a column the '
+            "sink derives from the topic (see topic_buckets).",
+        ),
+        "topic_buckets": Setting(
+            int,
+            32,
+            'parquet, with partition_by = ["topic_bucket"]: the topics are hashed into this '
+            "many buckets (Iceberg's bucket transform of the topic name), one partition each; "
+            "fixed for the life of an output.",
+        ),
         "compression": Setting(str, "zstd", "Parquet compression codec."),
         "target_file_size": Setting(int, 134217728, "Target size of output files in bytes."),
         "compact": Setting(

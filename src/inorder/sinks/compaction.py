@@ -65,6 +65,7 @@ from inorder.sinks.compaction_merge import (
     plan_merges,
 )
 from inorder.sinks.compaction_records import StagedRecord, clean_stale_staging, cleanup_parquet
+from inorder.sinks.topic_bucket import SORT_KEYS, TOPIC_BUCKET
 from inorder.storage import fs as sfs
 
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -246,6 +247,8 @@ def _rewrite(
 ) -> int:
     """Write and commit record ``seq`` of ``merges``; returns the number of files written."""
     n = 0
+    # A bucketed output keeps its files' rows sorted by topic through merges too.
+    order = SORT_KEYS if TOPIC_BUCKET in partition_by else ()
     with StagedRecord(location, "compaction", seq, compression) as record:
         for merge in merges:
             pdir = partition_dir(partition_by, merge.files[0].partition_values)
@@ -255,7 +258,9 @@ def _rewrite(
             for piece in merge_pieces(location, merge, pdir, settings.target_file_size):
                 stem = f"compacted-{seq:010d}-{n:05d}"
                 values = merge.files[0].partition_values
-                record.stage_tables(piece.tables(), piece.schema, pdir, stem, values, **tiered)
+                record.stage_tables(
+                    piece.tables(), piece.schema, pdir, stem, values, sort_by=order, **tiered
+                )
                 n += 1
         if before_commit is not None:
             before_commit()

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -99,10 +100,20 @@ class StagedRecord:
         directory: str,
         stem: str,
         partition_values: Mapping[str, str | None],
+        sort_by: Sequence[str] = (),
         **fields: Any,
     ) -> None:
         """:meth:`stage` of the rows of ``tables`` (each of ``schema``) as one file, holding
-        at most a row group's worth (:data:`ROW_GROUP_BUFFER_BYTES`) of them in memory."""
+        at most a row group's worth (:data:`ROW_GROUP_BUFFER_BYTES`) of them in memory; each
+        row group's rows sorted by the columns of ``sort_by`` the schema has (stably)."""
+        keys = [(c, "ascending") for c in sort_by if c in schema.names]
+
+        def write(pending: list[pa.Table]) -> None:
+            group = pa.concat_tables(pending)
+            if keys and group.num_rows > 1:
+                group = group.take(pc.sort_indices(group, sort_keys=keys))
+            writer.write_table(group)
+
         location = self.location
         staged = "/".join(p for p in (self.staging, directory, stem + STAGED_SUFFIX) if p)
         full = location.join(staged)
@@ -120,10 +131,10 @@ class StagedRecord:
                 pending.append(table)
                 size += table.nbytes
                 if size >= ROW_GROUP_BUFFER_BYTES:
-                    writer.write_table(pa.concat_tables(pending))
+                    write(pending)
                     pending, size = [], 0
             if pending:
-                writer.write_table(pa.concat_tables(pending))
+                write(pending)
         self._add(staged, directory, stem, rows, partition_values, format_digest(digest), fields)
 
     def _add(

@@ -47,6 +47,7 @@ from inorder.sinks.parquet import (
     check_writable,
 )
 from inorder.sinks.proof import consumed_ranges
+from inorder.sinks.topic_bucket import BUCKET_ONLY_PARQUET, derives_bucket
 from inorder.storage import fs as sfs
 
 DEFAULT_APP_ID = "inorder"
@@ -188,6 +189,8 @@ class DeltaSink(FileSink):
         """Check access; create the table if absent; its partitioning must match."""
         from deltalake import DeltaTable
 
+        if derives_bucket(self.partition_by, schema):
+            raise SinkError(f"{self.path}: {BUCKET_ONLY_PARQUET}")
         for col in self.partition_by:
             if col not in schema.names:
                 raise SinkError(f"{self.path}: partition_by column {col!r} is not in the output")

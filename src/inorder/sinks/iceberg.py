@@ -64,6 +64,7 @@ from inorder.sinks.iceberg_history import (
 )
 from inorder.sinks.iceberg_writer import IcebergBatchWriter, merge_offsets
 from inorder.sinks.parquet import COMPRESSIONS, DEFAULT_TARGET_FILE_SIZE
+from inorder.sinks.topic_bucket import BUCKET_ONLY_PARQUET, derives_bucket
 from inorder.storage import fs as sfs
 
 if TYPE_CHECKING:
@@ -209,6 +210,8 @@ class IcebergSink(Sink):
         A new nullable output column is added to the table (union by name); any other
         difference is refused.
         """
+        if derives_bucket(self.partition_by, schema):
+            raise SinkError(f"{self.describe()}: {BUCKET_ONLY_PARQUET}")
         target = delta_schema(schema)
         check_partition_fields(self.fields, target, self.describe())
         try:

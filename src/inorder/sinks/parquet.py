@@ -52,6 +52,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from inorder.sinks import topic_bucket as tb
 from inorder.sinks.base import BatchWriter, ConsumedOffsets, SinkError, WrittenFile
 from inorder.sinks.batch_ids import BatchIds
 from inorder.sinks.commit_log import (  # noqa: F401  (the caches: tests clear them)
@@ -183,6 +184,9 @@ class ParquetSink(FileSink):
     ``checkpoint_interval`` committed batches the driver consolidates the commit log into one
     checkpoint and deletes manifests older than ``manifest_retention`` batches before it (see
     :mod:`inorder.sinks.commit_checkpoint`); ``checkpoint_interval=0`` keeps every manifest.
+    ``partition_by=["topic_bucket"]`` partitions by a column the sink derives from the topic,
+    one of ``topic_buckets`` groups, rows sorted by topic in each row group
+    (:mod:`inorder.sinks.topic_bucket`); a committed layout is never changed in place.
     """
 
     def __init__(
@@ -200,8 +204,10 @@ class ParquetSink(FileSink):
         compaction_levels: int = DEFAULT_LEVELS,
         compact_in_background: bool = True,
         compaction_max_merge_bytes: int | None = None,
+        topic_buckets: int = tb.DEFAULT_TOPIC_BUCKETS,
     ) -> None:
         super().__init__(path, partition_by, compression, storage_options)
+        self.topic_buckets = tb.check_buckets(topic_buckets)
         check_level_settings(compaction_fanout, compaction_levels)
         if target_file_size <= 0:
             raise SinkError("target_file_size must be > 0")
@@ -265,6 +271,8 @@ class ParquetSink(FileSink):
 
     def check(self, schema: pa.Schema) -> None:
         """Fail with :class:`SinkError` unless the location is reachable and writable."""
+        if tb.derives_bucket(self.partition_by, schema):
+            schema = tb.bucketed_schema(schema, self.topic_buckets)
         for col in self.partition_by:
             if col not in schema.names:
                 raise SinkError(f"{self.path}: partition_by column {col!r} is not in the output")
@@ -282,7 +290,9 @@ class ParquetSink(FileSink):
         """Refuse output rows the committed files' schema cannot take in place."""
         if self.last_committed_batch() is None:
             return
-        committed = load_state(self.location).schema
+        state = load_state(self.location)
+        tb.check_layout(self.path, state.partition_by, state.schema, self.partition_by, schema)
+        committed = state.schema
         if committed is None or committed.equals(schema, check_metadata=False):
             return
         compatible, changes = schema_change(committed.remove_metadata(), schema.remove_metadata())
@@ -312,16 +322,20 @@ class ParquetSink(FileSink):
 
     def open_writer(self, schema: pa.Schema, batch_id: int, task_key: str) -> BatchWriter:
         """Executor: a writer staging this task's rows of ``batch_id``."""
-        return ParquetBatchWriter(
+        bucketed = tb.derives_bucket(self.partition_by, schema)
+        full = tb.bucketed_schema(schema, self.topic_buckets) if bucketed else schema
+        writer = ParquetBatchWriter(
             self.location,
-            schema,
+            full,
             self.partition_by,
             self.compression,
             self.target_file_size,
             prefix=f"{STAGING_DIR}/{batch_id}/{safe_key(task_key)}",
             suffix=STAGED_SUFFIX,
             flat=True,
+            sort_by=tb.SORT_KEYS if bucketed else (),
         )
+        return tb.BucketingWriter(writer, full) if bucketed else writer
 
     def is_committed(self, batch_id: int) -> bool:
         """Whether the manifest of ``batch_id`` exists (its publication is then certain),

@@ -64,7 +64,8 @@ class ParquetBatchWriter(BatchWriter):
     ``<file_stem>-<n:05d><suffix>`` under ``prefix``, in the partition's directory, or
     directly under ``prefix`` with ``flat=True`` (staged files, whose final names are
     given at commit from their partition values: no directory per partition to make and
-    delete).
+    delete). With ``sort_by``, each row group's rows are sorted by those columns (stably:
+    rows of equal keys keep their order), so the columns' statistics bound each row group.
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class ParquetBatchWriter(BatchWriter):
         collect_stats: bool = False,
         suffix: str = ".parquet",
         flat: bool = False,
+        sort_by: Sequence[str] = (),
     ):
         self._location = location
         self._partition_by = list(partition_by)
@@ -92,6 +94,7 @@ class ParquetBatchWriter(BatchWriter):
         self._suffix = suffix
         self._collect_stats = collect_stats
         self._flat = flat
+        self._sort = [(c, "ascending") for c in sort_by if c in self._file_schema.names]
         self._open: dict[tuple[str | None, ...], _Open] = {}
         self._written: list[WrittenFile] = []
         self._total_buffered = 0
@@ -151,6 +154,8 @@ class ParquetBatchWriter(BatchWriter):
         data = pa.concat_tables(state.buffered).cast(self._file_schema)
         self._total_buffered -= state.buffered_bytes
         state.buffered, state.buffered_bytes = [], 0
+        if self._sort and data.num_rows > 1:
+            data = data.take(pc.sort_indices(data, sort_keys=self._sort))
         return data
 
     def _write(self, state: _Open, data: pa.Table, digest: int) -> None:
