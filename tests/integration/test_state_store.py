@@ -398,11 +398,13 @@ def test_cache_of_a_killed_process_is_reused(tmp_path: Path) -> None:
     h.batch(0, {"a": entry(1)}, 1)
     REGISTRY.close_all()  # as if this process had ended: the slot is free
     proc = _other_process(h, cache, "hold", 1)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
-    busy, _, store = h.state(1)  # slot 0 is locked by the other process
-    assert store.stats.cache_hit is False and busy["a"][0] == Tally(1, 10, [1])
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(30)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+        busy, _, store = h.state(1)  # slot 0 is locked by the other process
+        assert store.stats.cache_hit is False and busy["a"][0] == Tally(1, 10, [1])
+    finally:  # never left holding (it sleeps until killed)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
     REGISTRY.close_all()
     found, _, store = h.state(1)  # the kernel released the dead process's locks
     assert store.stats.cache_hit and found["a"][0] == Tally(1, 10, [1])
