@@ -83,7 +83,8 @@ def _pipeline_file(kafka: Any, topic: str, work: Path) -> Path:
                     "codec": {"type": "json"},
                     "processor": {"type": "tests.e2e.cli_jobs:CountReadings"},
                     "integrity": {"sequence_field": "value"},
-                    "sink": {"path": str(work / "out")},
+                    # ParquetSink's own default, as in _pipeline: the layout must not change.
+                    "sink": {"path": str(work / "out"), "partition_by": []},
                     "spark": {"master": "local[1]"},
                 }
             )
