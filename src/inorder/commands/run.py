@@ -149,6 +149,7 @@ def handle(args: argparse.Namespace) -> int:
         history = BatchHistory(target.layout)
         pipeline.observers = [*pipeline.observers, history]
         server = start_ui(args.pipeline, target, args, "ui-", history)
+    _record_crashes(str(pipeline.checkpoint), pipeline.name)
     try:
         summary = pipeline.run(
             stop_after_batches=args.stop_after_batches,
@@ -161,6 +162,28 @@ def handle(args: argparse.Namespace) -> int:
             server.stop()
     # A scheduler must not see a run whose policy set data aside as a clean one.
     return pipeline.set_aside_exit_code if summary.set_aside else 0
+
+
+#: The run log, open for the life of the process, where :func:`_record_crashes` writes.
+_CRASH_LOG: list[Any] = []
+
+
+def _record_crashes(checkpoint: str, name: str) -> None:
+    """Make a native crash of this process (a segfault inside a library) write every thread's
+    Python stack into the run's log: the terminal sees only the signal, and without the
+    stacks a crash that comes once in many runs cannot be placed."""
+    import faulthandler
+
+    from inorder.checkpoint.layout import CheckpointLayout
+
+    path = CheckpointLayout.of(checkpoint).run_log_file(name)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        log = open(path, "a")  # noqa: SIM115  (kept open: a crash may come at any moment)
+    except OSError:
+        return  # the runner names an unwritable checkpoint; no crash record then
+    faulthandler.enable(log, all_threads=True)
+    _CRASH_LOG.append(log)
 
 
 def _start_session(config: dict[str, dict[str, Any]]) -> EarlySession | None:
