@@ -68,7 +68,7 @@ def partition_files(
     wanted = None if partitions is None else set(partitions)
     by_partition: dict[str, list[LiveFile]] = {}
     for f in files:
-        pdir = f.path.rpartition("/")[0]
+        pdir = file_dir(f.path)
         if wanted is None or pdir in wanted:
             by_partition.setdefault(pdir, []).append(f)
     return by_partition

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -32,7 +31,7 @@ from inorder.sinks.commit_log import (
     manifest_name,
     read_manifest,
 )
-from inorder.sinks.parquet_writer import ROW_GROUP_BUFFER_BYTES
+from inorder.sinks.parquet_writer import ROW_GROUP_BUFFER_BYTES, sort_keys, sort_rows
 from inorder.sinks.proof import add_digests, format_digest, table_digest
 from inorder.storage import fs as sfs
 
@@ -106,13 +105,10 @@ class StagedRecord:
         """:meth:`stage` of the rows of ``tables`` (each of ``schema``) as one file, holding
         at most a row group's worth (:data:`ROW_GROUP_BUFFER_BYTES`) of them in memory; each
         row group's rows sorted by the columns of ``sort_by`` the schema has (stably)."""
-        keys = [(c, "ascending") for c in sort_by if c in schema.names]
+        keys = sort_keys(sort_by, schema)
 
         def write(pending: list[pa.Table]) -> None:
-            group = pa.concat_tables(pending)
-            if keys and group.num_rows > 1:
-                group = group.take(pc.sort_indices(group, sort_keys=keys))
-            writer.write_table(group)
+            writer.write_table(sort_rows(pa.concat_tables(pending), keys))
 
         location = self.location
         staged = "/".join(p for p in (self.staging, directory, stem + STAGED_SUFFIX) if p)

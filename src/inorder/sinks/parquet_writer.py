@@ -55,6 +55,18 @@ class _Open:
     """Digest of the rows written to the open file so far (:mod:`inorder.sinks.proof`)."""
 
 
+def sort_keys(columns: Sequence[str], schema: pa.Schema) -> list[tuple[str, str]]:
+    """Ascending sort keys for the ``columns`` that ``schema`` has (for :func:`sort_rows`)."""
+    return [(c, "ascending") for c in columns if c in schema.names]
+
+
+def sort_rows(table: pa.Table, keys: list[tuple[str, str]]) -> pa.Table:
+    """``table``'s rows sorted by ``keys``, stably (rows of equal keys keep their order)."""
+    if not keys or table.num_rows < 2:
+        return table
+    return table.take(pc.sort_indices(table, sort_keys=keys))
+
+
 class ParquetBatchWriter(BatchWriter):
     """Writes one task's rows of a batch as Parquet files, one open file per partition.
 
@@ -94,7 +106,7 @@ class ParquetBatchWriter(BatchWriter):
         self._suffix = suffix
         self._collect_stats = collect_stats
         self._flat = flat
-        self._sort = [(c, "ascending") for c in sort_by if c in self._file_schema.names]
+        self._sort = sort_keys(sort_by, self._file_schema)
         self._open: dict[tuple[str | None, ...], _Open] = {}
         self._written: list[WrittenFile] = []
         self._total_buffered = 0
@@ -154,9 +166,7 @@ class ParquetBatchWriter(BatchWriter):
         data = pa.concat_tables(state.buffered).cast(self._file_schema)
         self._total_buffered -= state.buffered_bytes
         state.buffered, state.buffered_bytes = [], 0
-        if self._sort and data.num_rows > 1:
-            data = data.take(pc.sort_indices(data, sort_keys=self._sort))
-        return data
+        return sort_rows(data, self._sort)
 
     def _write(self, state: _Open, data: pa.Table, digest: int) -> None:
         """Append ``data`` (whose rows hash to ``digest``) to the partition's open file."""
