@@ -105,14 +105,20 @@ def make_integrity(config: Config, processor: Processor[Any, Any, Any]) -> Integ
 
 
 def _delta_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Sink:
+    from inorder.sinks.compaction_levels import DEFAULT_FANOUT, DEFAULT_LEVELS
     from inorder.sinks.delta import DeltaSink
 
     return DeltaSink(
         spec["path"],
         partition_by=list(spec["partition_by"]),
         storage_options=storage,
+        compression=spec["compression"],
+        target_file_size=spec["target_file_size"],
         compact=spec.get("compact", False),
         table_properties=spec.get("table_properties") or None,
+        compaction_fanout=spec.get("compaction_fanout", DEFAULT_FANOUT),
+        compaction_levels=spec.get("compaction_levels", DEFAULT_LEVELS),
+        compaction_max_merge_bytes=spec.get("compaction_max_merge_bytes") or None,
     )
 
 

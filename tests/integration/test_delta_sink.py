@@ -13,8 +13,9 @@ from deltalake import DeltaTable
 from tests.fixtures.sink_cases import stage_batch
 
 from inorder.sinks.base import ConsumedOffsets, DuplicateCommitError, SinkError, WrittenFile
-from inorder.sinks.compaction import compact_delta
-from inorder.sinks.delta import BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY, DeltaSink
+from inorder.sinks.delta import DeltaSink
+from inorder.sinks.delta_compaction import compact_delta
+from inorder.sinks.delta_keys import BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY
 from inorder.storage import fs as sfs
 
 SCHEMA = pa.schema(
@@ -119,7 +120,9 @@ def test_check_errors(tmp_path: Path, s3: Any) -> None:
         DeltaSink(path, partition_by=["partition"]).check(SCHEMA)
 
 
-def test_compaction_optimizes_and_vacuums(sink_location: tuple[str, dict[str, str] | None]) -> None:
+def test_full_compaction_merges_and_vacuums(
+    sink_location: tuple[str, dict[str, str] | None],
+) -> None:
     path, options = sink_location
     sink = DeltaSink(path, partition_by=["topic"], storage_options=options)
     sink.check(SCHEMA)
@@ -127,9 +130,9 @@ def test_compaction_optimizes_and_vacuums(sink_location: tuple[str, dict[str, st
         sink.commit(b, stage(sink, b, 300))
     before = len(DeltaTable(path, storage_options=options).file_uris())
     assert before == 20
-    dry = compact_delta(path, options, dry_run=True)
-    assert dry.files_added == 0
-    report = compact_delta(path, options)
+    dry = compact_delta(path, options, dry_run=True, full=True)
+    assert dry.files_added == 0 and dry.files_removed == 20
+    report = compact_delta(path, options, full=True)
     assert report.files_removed == 20 and report.files_added == 2
     assert report.vacuumed == []  # the 7-day retention keeps replaced files
     vacuumed = compact_delta(path, options, retention_hours=0)
@@ -149,9 +152,12 @@ def test_compact_command_detects_delta(tmp_path: Path, capsys: pytest.CaptureFix
     sink.check(SCHEMA)
     for b in range(3):
         sink.commit(b, stage(sink, b, 100))
-    assert cli.main(["compact", path, "--json"]) == 0
+    assert cli.main(["compact", path, "--json"]) == 0  # the level rule: 6 < 9 files wait
     out = json.loads(capsys.readouterr().out)
-    assert out["format"] == "delta" and out["files_removed"] == 6
+    assert out["format"] == "delta" and out["files_removed"] == 0
+    assert cli.main(["compact", path, "--json", "--full"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["files_removed"] == 6 and out["files_added"] == 1
 
 
 def test_a_table_of_another_checkpoint_is_refused(tmp_path: Path) -> None:

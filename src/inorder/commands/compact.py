@@ -83,23 +83,22 @@ def register(subparsers: Any) -> None:
         "--fanout",
         type=int,
         default=9,
-        help="Parquet, Iceberg: merge this many files of a level into one of the next (default 9)",
+        help="merge this many files of a level into one of the next (default 9)",
     )
     parser.add_argument(
         "--levels",
         type=int,
         default=3,
-        help="Parquet, Iceberg: files of this level are never merged again (default 3)",
+        help="files of this level are never merged again (default 3)",
     )
     parser.add_argument(
         "--max-merge-size",
-        help="Parquet, Iceberg: the most input one merge reads (default 512MB, or the target "
-        "file size if larger)",
+        help="the most input one merge reads (default 512MB, or the target file size if larger)",
     )
     parser.add_argument(
         "--full",
         action="store_true",
-        help="Parquet, Iceberg: merge every non-final file of each partition now, whatever "
+        help="merge every non-final file of each partition now, whatever "
         "its level and age (default: the level rule, as the sink's compact option)",
     )
     parser.add_argument(
@@ -143,7 +142,8 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, storage: dict[str, str] | None, target: int) -> int:
-    from inorder.sinks.compaction import compact_delta, compact_parquet
+    from inorder.sinks.compaction import compact_parquet
+    from inorder.sinks.delta_compaction import compact_delta
 
     fmt = args.format if args.format != "auto" else _detect_format(args.path, storage)
     max_merge = _max_merge_bytes(args, target)
@@ -157,7 +157,15 @@ def _run(args: argparse.Namespace, storage: dict[str, str] | None, target: int) 
         fmt = "iceberg"
         report = _compact_iceberg(args, storage, target)
     elif fmt == "delta":
-        report = compact_delta(args.path, retention_hours=args.retention_hours, **how)
+        report = compact_delta(
+            args.path,
+            retention_hours=args.retention_hours,
+            fanout=args.fanout,
+            levels=args.levels,
+            full=args.full,
+            max_merge_bytes=max_merge,
+            **how,
+        )
     else:
         report = compact_parquet(
             args.path,

@@ -21,7 +21,14 @@ import pyarrow as pa
 
 from inorder.ops.verify_evidence import BatchProof, Evidence, FileProof, Problem
 from inorder.sinks.commit_log import file_batch_id
-from inorder.sinks.delta import APP_ID_KEY, BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY
+from inorder.sinks.delta_keys import (
+    APP_ID_KEY,
+    BATCH_ID_KEY,
+    COMPACT,
+    FILES_KEY,
+    OFFSETS_KEY,
+    OPERATION_KEY,
+)
 
 
 def _batch(props: dict[str, Any], where: str, evidence: Evidence, seen: dict[int, str]) -> None:
@@ -46,9 +53,14 @@ def _batch(props: dict[str, Any], where: str, evidence: Evidence, seen: dict[int
     evidence.batches.append(BatchProof(bid, ranges, files, files_recorded=FILES_KEY in props))
 
 
-def _live(evidence: Evidence, current: list[tuple[str, int]]) -> None:
-    """The table's current files, with the rows and digest their batch recorded."""
-    recorded = {f.path: f for b in evidence.batches for f in b.files}
+def _live(
+    evidence: Evidence,
+    current: list[tuple[str, int]],
+    merged: dict[str, FileProof] | None = None,
+) -> None:
+    """The table's current files, with the rows and digest their batch (or the compaction
+    that wrote them, ``merged``) recorded."""
+    recorded = {**(merged or {}), **{f.path: f for b in evidence.batches for f in b.files}}
     listed = {b.batch_id for b in evidence.batches if b.files_recorded}
     unproven = 0
     for path, rows in current:
@@ -101,14 +113,18 @@ def collect_delta(sink: Any, owner: str | None) -> Evidence:
             f"the log starts at version {history[0]['version']} (older entries were cleaned "
             "up): batches before it are not checked"
         )
+    merged: dict[str, FileProof] = {}
     for entry in history:
         if entry.get(APP_ID_KEY) == sink.app_id and BATCH_ID_KEY in entry:
             _batch(entry, f"version {entry.get('version')}", evidence, seen)
+        elif entry.get(OPERATION_KEY) == COMPACT and FILES_KEY in entry:
+            for path, (rows, digest) in json.loads(entry[FILES_KEY]).items():
+                merged[path] = FileProof(path, int(rows), digest, None)
     actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
     current = [
         (str(p), int(n or 0)) for p, n in zip(actions["path"], actions["num_records"], strict=True)
     ]
-    _live(evidence, current)
+    _live(evidence, current, merged)
     return evidence
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -261,3 +262,13 @@ def estimate_trigger(files: Iterable[Tiered]) -> float | None:
     times = sorted({f.committed_at for f in files if f.level == 0 and f.committed_at is not None})
     gaps = [b - a for a, b in itertools.pairwise(times) if b > a]
     return statistics.median(gaps) if gaps else None
+
+
+_LEVEL = re.compile(r"^compacted-l(\d+)-")
+
+
+def file_level(path: str) -> int:
+    """The level in a merged data file's name (``compacted-l<level>-...``), for table
+    formats whose files carry no free-form tags (Iceberg, Delta); other names are 0."""
+    match = _LEVEL.match(path.rsplit("/", 1)[-1])
+    return int(match.group(1)) if match else 0

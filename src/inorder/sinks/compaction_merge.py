@@ -13,7 +13,7 @@ of each piece
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -178,3 +178,35 @@ def merge_pieces(
         # Every input file is read (and its rows checked) before the record commits.
         if any(True for _ in stream.take(1)):
             raise SinkError(f"{location.uri}: {where} holds more rows than its manifests say")
+
+
+class RowPieces:
+    """Rows cut into files of ``step`` rows, each written by ``write`` (which returns the
+    file's relative path) from buffers of at most about a row group (the table formats'
+    merges: Iceberg, Delta)."""
+
+    def __init__(self, step: int, write: Callable[[list[pa.Table]], str]) -> None:
+        self.step = step
+        self.write = write
+        self.written: list[str] = []
+        self._buffer: list[pa.Table] = []
+        self._rows = 0
+
+    def add(self, data: pa.Table) -> None:
+        """Buffer ``data``, writing a file each time ``step`` rows are buffered."""
+        while data.num_rows:
+            head = data.slice(0, self.step - self._rows)
+            data = data.slice(head.num_rows)
+            self._buffer.append(head)
+            self._rows += head.num_rows
+            if self._rows == self.step:
+                self._flush()
+
+    def close(self) -> None:
+        """Write what is buffered (at least one file, even of no rows)."""
+        if self._buffer or not self.written:
+            self._flush()
+
+    def _flush(self) -> None:
+        self.written.append(self.write(self._buffer))
+        self._buffer, self._rows = [], 0

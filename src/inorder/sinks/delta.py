@@ -27,8 +27,8 @@ import re
 import time
 import urllib.parse
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -39,6 +39,15 @@ from inorder.sinks.base import (
     SinkError,
     WrittenFile,
 )
+from inorder.sinks.compaction_levels import (
+    DEFAULT_FANOUT,
+    DEFAULT_LEVELS,
+    DEFAULT_MAX_MERGE_BYTES,
+    check_level_settings,
+    check_max_merge_bytes,
+)
+from inorder.sinks.compaction_merge import file_dir
+from inorder.sinks.delta_keys import APP_ID_KEY, BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY, proof_json
 from inorder.sinks.delta_read import delta_dataset
 from inorder.sinks.parquet import (
     DEFAULT_TARGET_FILE_SIZE,
@@ -50,12 +59,10 @@ from inorder.sinks.proof import consumed_ranges
 from inorder.sinks.topic_bucket import BUCKET_ONLY_PARQUET, derives_bucket
 from inorder.storage import fs as sfs
 
+if TYPE_CHECKING:
+    from inorder.sinks.delta_compaction import DeltaCompactor
+
 DEFAULT_APP_ID = "inorder"
-#: ``commitInfo`` keys of a batch commit: the proof ``inorder verify`` reads.
-APP_ID_KEY = "inorder.app-id"
-BATCH_ID_KEY = "inorder.batch-id"
-OFFSETS_KEY = "inorder.offsets"
-FILES_KEY = "inorder.files"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -152,6 +159,10 @@ class DeltaSink(FileSink):
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
         compact: bool = False,
         table_properties: Mapping[str, str] | None = None,
+        compaction_fanout: int = DEFAULT_FANOUT,
+        compaction_levels: int = DEFAULT_LEVELS,
+        compact_in_background: bool = True,
+        compaction_max_merge_bytes: int | None = None,
     ) -> None:
         super().__init__(path, partition_by, compression, storage_options)
         self.app_id = app_id or DEFAULT_APP_ID
@@ -159,12 +170,48 @@ class DeltaSink(FileSink):
         self.target_file_size = int(target_file_size)
         self.compact = compact
         self.table_properties = dict(table_properties) if table_properties else None
+        check_level_settings(compaction_fanout, compaction_levels)
+        if compaction_max_merge_bytes is None:
+            compaction_max_merge_bytes = max(DEFAULT_MAX_MERGE_BYTES, self.target_file_size)
+        check_max_merge_bytes(compaction_max_merge_bytes, self.target_file_size)
+        self.compaction_fanout = compaction_fanout
+        self.compaction_levels = compaction_levels
+        self.compact_in_background = compact_in_background
+        self.compaction_max_merge_bytes = compaction_max_merge_bytes
+        self._compactor: DeltaCompactor | None = None
         self._ends: dict[str, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_ends"] = None
+        state["_compactor"] = None  # a driver thread and the lease: never shipped
         return state
+
+    @property
+    def compactor(self) -> DeltaCompactor:
+        """What merges small files after each commit (``compact=True``): the level rule, in
+        a driver thread unless ``compact_in_background=False``
+        (:mod:`inorder.sinks.delta_compaction`)."""
+        if self._compactor is None:
+            from inorder.sinks.delta_compaction import DeltaCompactor, DeltaTarget
+
+            target = DeltaTarget(
+                self.location, self.partition_by, self.compression, self.describe()
+            )
+            self._compactor = DeltaCompactor(
+                self.path, self.storage_options, self.target_file_size, 0.0, self.compression,
+                self.compaction_fanout, self.compaction_levels, self.compact_in_background,
+                max_merge_bytes=self.compaction_max_merge_bytes, table=target,
+            )  # fmt: skip
+        return self._compactor
+
+    def guard_background(self, check: Callable[[], None]) -> None:
+        """Run ``check`` (the lease's) before each merge's commit point."""
+        self.compactor.guard = check
+
+    def finish_background(self, timeout: float | None = None) -> str | None:
+        """Let the compactor thread finish its pending round and stop."""
+        return None if self._compactor is None else self._compactor.finish(timeout)
 
     def bind(self, owner: str) -> None:
         """Use the pipeline checkpoint's id as ``app_id`` (unless one was given)."""
@@ -328,13 +375,7 @@ class DeltaSink(FileSink):
                 "once (its id is checked in the table first)"
             ) from None
         if committed and self.compact:
-            from inorder.sinks.compaction import compact_delta
-
-            compact_delta(
-                self.path,
-                storage_options=self.storage_options,
-                target_file_size=self.target_file_size,
-            )
+            self.compactor.after_commit({file_dir(f.path) for f in files})
         return committed
 
     def _already_committed(self, table: Any, batch_id: int) -> bool:
@@ -436,5 +477,4 @@ class DeltaSink(FileSink):
 
 def files_proof(files: Sequence[WrittenFile]) -> str:
     """``{path: [rows, digest]}`` of a batch's files as JSON (the commit's proof of its rows)."""
-    proof = {f.path: [f.rows, f.digest] for f in files}
-    return json.dumps(proof, separators=(",", ":"), sort_keys=True)
+    return proof_json({f.path: (f.rows, f.digest) for f in files})

@@ -38,7 +38,8 @@ from inorder.sinks.base import (
     SinkError,
     WrittenFile,
 )
-from inorder.sinks.delta import FILES_KEY, delta_schema, files_proof
+from inorder.sinks.delta import delta_schema, files_proof
+from inorder.sinks.delta_keys import FILES_KEY
 from inorder.sinks.evolution import schema_change
 from inorder.sinks.iceberg_catalog import (
     PartitionField,

@@ -28,10 +28,9 @@ procedures (Spark ``CALL system.rewrite_data_files``) handle those.
 from __future__ import annotations
 
 import math
-import re
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,9 +47,11 @@ from inorder.sinks.compaction_levels import (
     check_level_settings,
     check_max_merge_bytes,
     estimate_trigger,
+    file_level,
     output_pieces,
     plan_levels,
 )
+from inorder.sinks.compaction_merge import RowPieces
 from inorder.sinks.delta import delta_schema
 from inorder.sinks.iceberg_history import COMPACT, OPERATION_KEY
 from inorder.sinks.parquet_writer import ROW_GROUP_BUFFER_BYTES
@@ -91,15 +92,6 @@ class IcebergCompactionReport:
             f"{verb} {self.files_replaced} of {self.files_before} files ({self.rows:,} rows) "
             f"in {self.groups} merges{into}{done}"
         )
-
-
-_LEVEL = re.compile(r"^compacted-l(\d+)-")
-
-
-def file_level(path: str) -> int:
-    """The level in a data file's name (``compacted-l<level>-...``); other names are 0."""
-    match = _LEVEL.match(path.rsplit("/", 1)[-1])
-    return int(match.group(1)) if match else 0
 
 
 @dataclass(frozen=True)
@@ -249,7 +241,7 @@ def _merge(
     total = sum(f.file.record_count for f in merge.files)
     step = max(1, math.ceil(total / output_pieces(merge.size_bytes, target_file_size)))
     out: list[DataFile] = []
-    pieces = _Pieces(step, lambda rows: _write(sink, table, schema, directory, merge, rows))
+    pieces = RowPieces(step, lambda rows: _write(sink, table, schema, directory, merge, rows))
     try:
         for f, rel in zip(merge.files, rels, strict=True):
             # Read with the table's current schema: a column added later reads as null.
@@ -270,35 +262,6 @@ def _merge(
     for rel in pieces.written:
         out.append(parquet_file_to_data_file(table.io, table.metadata, _full(table, rel)))
     return out
-
-
-class _Pieces:
-    """Rows cut into files of ``step`` rows, each written by ``write`` (which returns the
-    file's relative path) from buffers of at most about a row group."""
-
-    def __init__(self, step: int, write: Callable[[list[pa.Table]], str]) -> None:
-        self.step = step
-        self.write = write
-        self.written: list[str] = []
-        self._buffer: list[pa.Table] = []
-        self._rows = 0
-
-    def add(self, data: pa.Table) -> None:
-        while data.num_rows:
-            head = data.slice(0, self.step - self._rows)
-            data = data.slice(head.num_rows)
-            self._buffer.append(head)
-            self._rows += head.num_rows
-            if self._rows == self.step:
-                self._flush()
-
-    def close(self) -> None:
-        if self._buffer or not self.written:
-            self._flush()
-
-    def _flush(self) -> None:
-        self.written.append(self.write(self._buffer))
-        self._buffer, self._rows = [], 0
 
 
 def _write(
