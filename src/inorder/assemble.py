@@ -341,7 +341,6 @@ def load_target(reference: str, overrides: Mapping[str, Any] | None = None) -> O
     A TOML pipeline gets the ``--set`` overrides its last run recorded in the checkpoint
     (``overrides`` given here win), so the tools judge the output that run wrote.
     """
-    from inorder.checkpoint.layout import CheckpointLayout
     from inorder.ops.target import OpsTarget
     from inorder.pipeline.identity import RecordedSettings
 
@@ -349,7 +348,7 @@ def load_target(reference: str, overrides: Mapping[str, Any] | None = None) -> O
     pipeline = load_pipeline(reference, given)
     if not reference.endswith(".toml"):
         return OpsTarget(pipeline)
-    info = CheckpointLayout.of(pipeline.checkpoint).info()
+    info = pipeline.checkpoint_layout().info()
     recorded = RecordedSettings.from_json(None if info is None else info.settings)
     if recorded is None:
         return OpsTarget(pipeline)

@@ -20,11 +20,12 @@ from tests.fixtures.sessions_job import (
 )
 
 from inorder.assemble import build_pipeline, load_target
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.commands.run import dump_toml
 from inorder.dev.sim_model import SimulationConfig
 from inorder.dev.simulator import simulate
 from inorder.errors import InorderError
-from inorder.ops.repair import apply_repair, plan_repair, read_info
+from inorder.ops.repair import apply_repair, plan_repair
 from inorder.ops.sessionspans import SpanTracker
 from inorder.ops.target import OpsTarget
 from inorder.ops.validate import validate
@@ -143,7 +144,7 @@ def test_repair_after_lost_state_restores_the_truth(
     # The pipeline carries on with empty state for that partition: wrong output from there.
     run(config)
     assert check_truth(read_changes(str(output)), sim.ground_truth), "the crash did no harm"
-    owner = read_info(str(checkpoint))["id"]  # type: ignore[index]
+    owner = CheckpointLayout.of(checkpoint).read_info()["id"]  # type: ignore[index]
 
     # The plan changes nothing, on disk or in the output.
     before = snapshot(output, checkpoint)
@@ -158,7 +159,7 @@ def test_repair_after_lost_state_restores_the_truth(
     plan = apply_repair(target, plan_repair(target, use_validate=True))
     assert plan.applied and plan.backup is not None and Path(plan.backup).is_dir()
     assert plan.outputs[0].rows == planned["rows_to_delete"]
-    info = read_info(str(checkpoint))
+    info = CheckpointLayout.of(checkpoint).read_info()
     assert info is not None and info["id"] == owner
     assert info["batch_offset"] == plan.batch_offset > 0
     assert info["startingOffsets"] == planned["starting_offsets"]
@@ -195,7 +196,7 @@ def test_unfinished_repair_blocks_the_run(kafka: Any, spark: Any, tmp_path: Path
     )
     run(config, batches=1)
     checkpoint = tmp_path / "checkpoint"
-    info = read_info(str(checkpoint))
+    info = CheckpointLayout.of(checkpoint).read_info()
     assert info is not None
     (checkpoint / "inorder-checkpoint.json").write_text(json.dumps({**info, "repair_pending": {}}))
     with pytest.raises(InorderError, match="repair was started"):
@@ -226,7 +227,7 @@ def test_delta_on_s3_repair_right_after_the_crash(
     plan = apply_repair(target, plan_repair(target))
     assert plan.applied and plan.outputs[0].rows > 0
     assert all(p.reason.startswith("end of batch") for p in plan.partitions), plan.lines()
-    owner = read_info(str(checkpoint))["id"]  # type: ignore[index]
+    owner = CheckpointLayout.of(checkpoint).read_info()["id"]  # type: ignore[index]
     table = DeltaTable(table_uri, storage_options=opts)
     # The DELETE kept the query's application transaction; the new ids continue after it.
     assert table.transaction_version(f"inorder-{owner}") == plan.batch_offset - 1

@@ -55,12 +55,6 @@ NEW_SUFFIX = REPAIR_NEW_SUFFIX
 # -- the checkpoint -------------------------------------------------------------------------------
 
 
-def read_info(root: str) -> dict[str, Any] | None:
-    """The ``inorder-checkpoint.json`` of the checkpoint at ``root`` as stored (``None`` when
-    absent); for callers holding only a path."""
-    return CheckpointLayout.of(root).read_info()
-
-
 def _finish_swap(layout: CheckpointLayout) -> bool:
     """A crash between moving the old checkpoint away and the new one in: finish it."""
     staged = layout.staged()

@@ -20,6 +20,7 @@ from inorder.integrity import Integrity
 from inorder.kafka.options import SourceOptions
 from inorder.kafka.source_protocol import Source
 from inorder.ops.batchlog import Segment
+from inorder.pipeline.spec import PipelineSpec
 from inorder.processor import Processor, ProcessorTypes, processor_types
 from inorder.records import TopicPartition
 from inorder.sinks.base import Sink
@@ -35,7 +36,7 @@ class OpsTarget:
     pipeline as its last run ran it.
     """
 
-    pipeline: Any
+    pipeline: PipelineSpec[Any, Any, Any]
     notes: list[str] = field(default_factory=list)
     """What the operator should know about the settings in use (printed by the commands)."""
 
@@ -82,7 +83,7 @@ class OpsTarget:
     def layout(self) -> CheckpointLayout:
         """The pipeline's checkpoint, built once: every tool reads it through this one layout
         (on S3 it holds the checkpoint's filesystem client)."""
-        return CheckpointLayout.of(self.pipeline.checkpoint)
+        return self.pipeline.checkpoint_layout()
 
     @property
     def checkpoint_root(self) -> str:

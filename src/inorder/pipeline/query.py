@@ -26,9 +26,6 @@ def trigger_kwargs(trigger: str) -> dict[str, Any]:
     return {"processingTime": f"{int(interval.total_seconds() * 1000)} milliseconds"}
 
 
-def checkpoint_owner(checkpoint: CheckpointLayout | str) -> str:
-    """The checkpoint's id (see :meth:`CheckpointLayout.ensure_owner`); a string is the root
-    of a checkpoint whose layout the caller does not hold."""
-    if isinstance(checkpoint, str):
-        checkpoint = CheckpointLayout.of(checkpoint)
+def checkpoint_owner(checkpoint: CheckpointLayout) -> str:
+    """The checkpoint's id (see :meth:`CheckpointLayout.ensure_owner`)."""
     return checkpoint.ensure_owner()

@@ -119,7 +119,7 @@ class PipelineRunner:
     def layout(self) -> CheckpointLayout:
         """The checkpoint's layout: every path below the root comes from it (the checkpoint
         stays the same when a repair's resume or initial state replace the pipeline)."""
-        return CheckpointLayout.of(self.pipeline.checkpoint)
+        return self.pipeline.checkpoint_layout()
 
     # -- building ----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, Literal
 
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.processor import Msg, Out, Processor, State
@@ -75,6 +76,11 @@ class PipelineSpec(Generic[Msg, State, Out]):
         # runner then refuses to start.
         if self.dead_letter is None and self.dead_letters_possible():
             self.dead_letter = self.sink.beside(DEAD_LETTER_SUFFIX, DEAD_LETTER_PARTITION_BY)
+
+    def checkpoint_layout(self) -> CheckpointLayout:
+        """The layout of :attr:`checkpoint`: where a path given by the user becomes the
+        typed layout that the runner and the tools hand down (each builds it once)."""
+        return CheckpointLayout.of(self.checkpoint)
 
     def dead_letters_possible(self) -> bool:
         """Whether the integrity policy can dead-letter records."""
