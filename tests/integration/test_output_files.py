@@ -31,3 +31,24 @@ def test_files_by_level_and_the_backlog(tmp_path: Path) -> None:
     after = output_files(sink)
     assert after is not None and after.rows == 60 and after.files < before.files
     assert all(lv.level >= 1 for lv in after.levels), after.levels
+
+
+def test_a_delta_tables_files_by_level_and_the_backlog(tmp_path: Path) -> None:
+    from inorder.sinks.delta import DeltaSink
+    from inorder.sinks.delta_compaction import compact_delta
+
+    path = str(tmp_path / "table")
+    sink = DeltaSink(path, partition_by=["topic"], compaction_fanout=2, compaction_levels=2)
+    sink.check(ID_SCHEMA)
+    for b in range(3):  # two topics, two tasks: 4 small files per batch, no compaction
+        sink.commit(b, stage_batch(sink, b, id_batch(b, 20)))
+    before = output_files(sink)
+    assert before is not None
+    assert (before.files, before.rows, before.partitions) == (12, 60, 2)
+    assert [(lv.level, lv.files) for lv in before.levels] == [(0, 12)]
+    assert before.due_merges == 6 and before.due_files == 12  # pairs of each topic's files
+
+    compact_delta(path, fanout=2, levels=2)
+    after = output_files(sink)
+    assert after is not None and after.rows == 60 and after.files < before.files
+    assert all(lv.level >= 1 for lv in after.levels), after.levels

@@ -1,6 +1,8 @@
-"""What a Parquet output holds now: its live files by compaction level, and the merges due.
+"""What a Parquet output or Delta table holds now: its live files by compaction level, and
+the merges due.
 
-Read from the commit log alone (no data file is opened), so it is cheap at any size: the
+Read from the commit log (a Delta table's log) alone, no data file is opened, so it is
+cheap at any size: the
 files a reader of the documented layout sees, how they stand on the level rule (level 0 is
 a batch's file, level ``i + 1`` a merge of level ``i`` files), and what a compaction would
 merge if it ran now (the compaction backlog: what the sink's compactor thread or
@@ -9,7 +11,7 @@ merge if it ran now (the compaction backlog: what the sink's compactor thread or
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,21 +42,35 @@ class OutputFiles:
 
 
 def output_files(sink: Sink) -> OutputFiles | None:
-    """The files of ``sink`` when it is a Parquet output (``None`` for other outputs)."""
+    """The files of ``sink`` when it is a Parquet output or a Delta table (``None`` for
+    other outputs)."""
+    from inorder.sinks.delta import DeltaSink
     from inorder.sinks.parquet import ParquetSink, committed_files
 
     inner: Any = sink
     while hasattr(inner, "inner"):  # job versions and repaired batch ids wrap the real one
         inner = inner.inner
+    if isinstance(inner, DeltaSink):
+        return _delta_files(inner)
     if not isinstance(inner, ParquetSink):
         return None
-    live = committed_files(inner.path, inner.storage_options)
+    return _summary(committed_files(inner.path, inner.storage_options), inner.compactor.plan())
+
+
+def _delta_files(sink: Any) -> OutputFiles:
+    from inorder.sinks.delta_compaction import live_files
+
+    return _summary(live_files(sink.compactor.table.table()), sink.compactor.plan())
+
+
+def _summary(live: Sequence[Any], due: Any) -> OutputFiles:
+    """Live files (with ``level``, ``size_bytes``, ``rows``, ``partition_values``) and the
+    merges the sink's compactor would make now (its own settings, nothing merged)."""
     by_level: dict[int, LevelFiles] = {}
     for f in live:
         entry = by_level.setdefault(f.level, LevelFiles(f.level, 0, 0))
         entry.files += 1
         entry.bytes += f.size_bytes
-    due = inner.compactor.plan()  # the sink's own settings, nothing merged
     return OutputFiles(
         files=len(live),
         bytes=sum(f.size_bytes for f in live),

@@ -58,7 +58,9 @@ def read_output(sink: Any, reference: str, batch_offset: int) -> OutputInfo:
         return OutputInfo("other", sink.describe(), note="not readable")
     shown = str(location.root if hasattr(location, "root") else location)
     if kind == "delta":
-        return _delta_output(location, shown, resets)
+        info = _delta_output(location, shown, resets)
+        info.compaction = _compaction_backlog(sink)
+        return info
     info = _parquet_output(location, shown, resets)
     info.compaction = _compaction_backlog(sink)
     return info
