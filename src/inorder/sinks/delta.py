@@ -179,12 +179,14 @@ class DeltaSink(FileSink):
         self.compact_in_background = compact_in_background
         self.compaction_max_merge_bytes = compaction_max_merge_bytes
         self._compactor: DeltaCompactor | None = None
+        self._lease_check: Callable[[], None] | None = None
         self._ends: dict[str, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_ends"] = None
-        state["_compactor"] = None  # a driver thread and the lease: never shipped
+        # A driver thread and the lease: never shipped.
+        state["_compactor"] = state["_lease_check"] = None
         return state
 
     @property
@@ -202,12 +204,16 @@ class DeltaSink(FileSink):
                 self.path, self.storage_options, self.target_file_size, 0.0, self.compression,
                 self.compaction_fanout, self.compaction_levels, self.compact_in_background,
                 max_merge_bytes=self.compaction_max_merge_bytes, table=target,
+                guard=self._lease_check,
             )  # fmt: skip
         return self._compactor
 
     def guard_background(self, check: Callable[[], None]) -> None:
-        """Run ``check`` (the lease's) before each merge's commit point."""
-        self.compactor.guard = check
+        """Run ``check`` (the lease's) before each merge's commit point (a sink that never
+        compacts builds no compactor for it)."""
+        self._lease_check = check
+        if self._compactor is not None:
+            self._compactor.guard = check
 
     def finish_background(self, timeout: float | None = None) -> str | None:
         """Let the compactor thread finish its pending round and stop."""
