@@ -48,3 +48,38 @@ def test_merges_run_beside_the_batches_and_finish_with_the_run(
     assert levels and max(levels) >= 1 and len(levels) < summary.batches, levels
     work = sink.compactor.work
     assert work is not None and work.rounds >= 1 and work.last_error is None
+
+
+def test_a_delta_sink_merges_beside_the_batches_too(kafka: Any, spark: Any, tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    from inorder import DeltaSink
+    from inorder.sinks.delta_compaction import live_files
+
+    topic = kafka.new_topic()
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for i in range(RECORDS):
+        producer.produce(topic, value=json.dumps({"site": f"s{i % 3}", "value": i}).encode())
+    assert producer.flush(30) == 0
+    out = str(tmp_path / "table")
+    sink = DeltaSink(out, compact=True, compaction_fanout=2, compaction_levels=2)
+    summary = Pipeline(
+        source=KafkaSource(
+            bootstrap_servers=kafka.bootstrap_servers,
+            topics=[topic],
+            max_offsets_per_trigger=PER_BATCH,
+        ),
+        processor=CountReadings(),
+        sink=sink,
+        checkpoint=str(tmp_path / "ck"),
+        trigger="available-now",
+        spark_master="local[2]",
+        progress="quiet",
+    ).run()
+    assert summary.batches >= RECORDS // PER_BATCH, summary
+    rows = DeltaTable(out).to_pyarrow_table()
+    assert sorted(rows.column("offset").to_pylist()) == list(range(RECORDS))
+    levels = sorted(f.level for f in live_files(DeltaTable(out)))
+    assert levels and max(levels) >= 1 and len(levels) < summary.batches, levels
+    work = sink.compactor.work
+    assert work is not None and work.rounds >= 1 and work.last_error is None
