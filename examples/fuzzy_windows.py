@@ -22,8 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from inorder.integrity import Integrity
-from inorder.processor import Context, Processor
+from inorder import Context, Integrity, Processor
 
 WINDOW = timedelta(minutes=1)
 _WINDOW_S = int(WINDOW.total_seconds())

@@ -20,10 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from inorder import KafkaSource, ParquetSink, Pipeline
-from inorder.codecs import JsonCodec
+from inorder import Context, JsonCodec, KafkaSource, ParquetSink, Pipeline, Processor
 from inorder.endpoints import kafka_bootstrap_servers
-from inorder.processor import Context, Processor
 from inorder.schema import RowEncoder, output_schema
 from inorder.state.codec import StateCodec
 

@@ -13,6 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from inorder.archive.initial_state import InitialState
     from inorder.codecs import (
         AvroCodec,
         Codec,
@@ -27,14 +28,17 @@ if TYPE_CHECKING:
     from inorder.errors import ConfigError, DataLossError, InorderError, IntegrityError
     from inorder.integrity import Integrity
     from inorder.kafka.api import KafkaSource
+    from inorder.pipeline.observer import RunObserver
     from inorder.pipeline.pipeline import Pipeline
     from inorder.pipeline.progress import RunSummary
     from inorder.processor import Context, Duplicate, Processor, Violation
     from inorder.sessions import SessionChange, SessionTables, rebuild_tables
+    from inorder.sessions.tables_writer import TableOutputs
     from inorder.sinks.base import Sink
     from inorder.sinks.delta import DeltaSink
     from inorder.sinks.iceberg import IcebergSink
     from inorder.sinks.parquet import ParquetSink
+    from inorder.state.store import StateOptions
 
 # Names are imported on first use: Spark's data source planner processes import
 # ``inorder.kafka.source`` (and so this package) once per query, and importing the sinks
@@ -53,9 +57,11 @@ _EXPORTS = {
     "DataLossError": "inorder.errors",
     "InorderError": "inorder.errors",
     "IntegrityError": "inorder.errors",
+    "InitialState": "inorder.archive.initial_state",
     "Integrity": "inorder.integrity",
     "KafkaSource": "inorder.kafka.api",
     "Pipeline": "inorder.pipeline.pipeline",
+    "RunObserver": "inorder.pipeline.observer",
     "RunSummary": "inorder.pipeline.progress",
     "Context": "inorder.processor",
     "Duplicate": "inorder.processor",
@@ -64,6 +70,8 @@ _EXPORTS = {
     "SessionChange": "inorder.sessions",
     "SessionTables": "inorder.sessions",
     "rebuild_tables": "inorder.sessions",
+    "TableOutputs": "inorder.sessions.tables_writer",
+    "StateOptions": "inorder.state.store",
     "Sink": "inorder.sinks.base",
     "DeltaSink": "inorder.sinks.delta",
     "IcebergSink": "inorder.sinks.iceberg",
@@ -96,6 +104,7 @@ __all__ = [
     "DeltaSink",
     "Duplicate",
     "IcebergSink",
+    "InitialState",
     "InorderError",
     "Integrity",
     "IntegrityError",
@@ -108,11 +117,14 @@ __all__ = [
     "ProtobufCodec",
     "RawCodec",
     "RawMessage",
+    "RunObserver",
     "RunSummary",
     "SchemaRegistry",
     "SessionChange",
     "SessionTables",
     "Sink",
+    "StateOptions",
+    "TableOutputs",
     "Violation",
     "rebuild_tables",
 ]
