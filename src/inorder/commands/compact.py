@@ -146,36 +146,20 @@ def _run(args: argparse.Namespace, storage: dict[str, str] | None, target: int) 
     from inorder.sinks.delta_compaction import compact_delta
 
     fmt = args.format if args.format != "auto" else _detect_format(args.path, storage)
-    max_merge = _max_merge_bytes(args, target)
     report: Any
     how: dict[str, Any] = {
         "storage_options": storage,
         "target_file_size": target,
         "dry_run": args.dry_run,
+        **_level_rule(args, target),
     }
     if fmt == "iceberg" or args.table:
         fmt = "iceberg"
         report = _compact_iceberg(args, storage, target)
     elif fmt == "delta":
-        report = compact_delta(
-            args.path,
-            retention_hours=args.retention_hours,
-            fanout=args.fanout,
-            levels=args.levels,
-            full=args.full,
-            max_merge_bytes=max_merge,
-            **how,
-        )
+        report = compact_delta(args.path, retention_hours=args.retention_hours, **how)
     else:
-        report = compact_parquet(
-            args.path,
-            grace_seconds=args.grace_seconds,
-            fanout=args.fanout,
-            levels=args.levels,
-            full=args.full,
-            max_merge_bytes=max_merge,
-            **how,
-        )
+        report = compact_parquet(args.path, grace_seconds=args.grace_seconds, **how)
     if args.json:
         out = dict(vars(report))
         out["format"] = fmt
@@ -205,12 +189,14 @@ def _compact_iceberg(args: argparse.Namespace, storage: dict[str, str] | None, t
     )
     if sink.load_table() is None:
         raise ConfigError(f"{sink.describe()}: no such table")
-    return compact_iceberg(
-        sink,
-        target,
-        dry_run=args.dry_run,
-        fanout=args.fanout,
-        levels=args.levels,
-        full=args.full,
-        max_merge_bytes=_max_merge_bytes(args, target),
-    )
+    return compact_iceberg(sink, target, dry_run=args.dry_run, **_level_rule(args, target))
+
+
+def _level_rule(args: argparse.Namespace, target: int) -> dict[str, Any]:
+    """The level rule's options, the same for every format."""
+    return {
+        "fanout": args.fanout,
+        "levels": args.levels,
+        "full": args.full,
+        "max_merge_bytes": _max_merge_bytes(args, target),
+    }
