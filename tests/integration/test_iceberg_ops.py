@@ -20,10 +20,11 @@ from tests.fixtures.sessions_job import (
 )
 
 from inorder.assemble import build_pipeline, load_target
+from inorder.checkpoint.layout import CheckpointLayout
 from inorder.commands.run import dump_toml
 from inorder.dev.simulator import simulate
 from inorder.ops.kafka_reads import watermarks
-from inorder.ops.repair import apply_repair, plan_repair, read_info
+from inorder.ops.repair import apply_repair, plan_repair
 from inorder.pipeline.runner import PipelineRunner
 from inorder.records import TopicPartition
 from inorder.sinks.base import ConsumedOffsets, SinkError, WrittenFile
@@ -330,7 +331,7 @@ def test_repair_of_an_iceberg_output_restores_the_truth(
     lose_state(checkpoint)
     run()  # carries on with empty state: wrong output from there
     assert check_truth(output(), sim.ground_truth), "the crash did no harm"
-    owner = read_info(str(checkpoint))["id"]  # type: ignore[index]
+    owner = CheckpointLayout.of(checkpoint).read_info()["id"]  # type: ignore[index]
 
     target = load_target(str(toml))
     plan = apply_repair(target, plan_repair(target, use_validate=True))
@@ -411,3 +412,54 @@ def test_expiring_the_last_batch_snapshot_stops_the_next_run(tmp_path: Path) -> 
     assert again.last_committed_batch() is None  # the record is gone with its snapshot
     with pytest.raises(SinkError, match="did not commit"):
         again.check(SCHEMA)
+
+
+def test_iceberg_compaction_rebases_on_a_batch_committed_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch every few seconds beside a compaction: the merge's commit, made stale by the
+    batch, is made again on the newer snapshot (its inputs still live); all rows once."""
+    from inorder.sinks import iceberg_compaction
+
+    sink = new_sink(tmp_path)
+    for b in range(3):
+        sink.commit_consumed(
+            b, stage(sink, b, {("a", 0): range(b, b + 1)}), [ConsumedOffsets("a", 0, b, b)]
+        )
+    real = iceberg_compaction._overwrite
+    calls: list[int] = []
+
+    def batch_lands_first(table: Any, groups: Any, added: Any) -> int | None:
+        calls.append(len(calls))
+        if len(calls) == 1:  # batch 3 commits between the merge's planning and its commit
+            sink.commit_consumed(
+                3, stage(sink, 3, {("a", 0): range(3, 4)}), [ConsumedOffsets("a", 0, 3, 3)]
+            )
+        return real(table, groups, added)
+
+    monkeypatch.setattr(iceberg_compaction, "_overwrite", batch_lands_first)
+    report = compact_iceberg(sink, 64 * 1024 * 1024, fanout=3, levels=2)
+    assert report.groups == 1 and len(calls) == 2  # the stale commit failed, the rebase held
+    assert sorted(r[2] for r in all_rows(sink)) == [0, 1, 2, 3]
+    assert sink.last_committed_batch() == 3
+    table = sink.load_table()
+    assert table is not None
+    names = sorted(t.file.file_path.rsplit("/", 1)[-1][:12] for t in table.scan().plan_files())
+    assert names[0] == "compacted-l1" and len(names) == 2  # the merge, and batch 3's file
+
+    # Another writer replaced an input: nothing is committed, the merged files are deleted.
+    for b in range(4, 6):
+        sink.commit_consumed(
+            b, stage(sink, b, {("a", 0): range(b, b + 1)}), [ConsumedOffsets("a", 0, b, b)]
+        )
+
+    def replaced_first(table: Any, groups: Any, added: Any) -> int | None:
+        if calls[-1] != -1:
+            calls.append(-1)
+            compact_iceberg(sink, 64 * 1024 * 1024, fanout=3, levels=2)  # merges them first
+        return real(table, groups, added)
+
+    monkeypatch.setattr(iceberg_compaction, "_overwrite", replaced_first)
+    with pytest.raises(SinkError, match="another writer replaced files of the compaction"):
+        compact_iceberg(sink, 64 * 1024 * 1024, fanout=3, levels=2)
+    assert sorted(r[2] for r in all_rows(sink)) == list(range(6))

@@ -18,9 +18,11 @@
 A merge's output may complete the next level: planning repeats, one snapshot per round,
 until nothing is left (at most ``levels`` rounds).
 
-The commit is not retried: if another writer committed meanwhile the merged files are
-deleted and the command fails (run it again); the replaced files stay on storage until
-snapshot expiry removes them, so readers of older snapshots keep working. Tables with
+When a batch committed meanwhile, the commit is tried again on the newer snapshot if every
+input is still live (a rebase: appends do not touch the merge's files), a few times; if
+another writer replaced an input, the merged files are deleted and the command fails (run it
+again). The replaced files stay on storage until snapshot expiry removes them, so readers of
+older snapshots keep working. Tables with
 delete files (merge-on-read) or an evolved partition spec are refused: the engines' own
 procedures (Spark ``CALL system.rewrite_data_files``) handle those.
 """
@@ -63,6 +65,8 @@ if TYPE_CHECKING:
 
     from inorder.sinks.iceberg import IcebergSink
 
+#: Snapshot commits tried on newer snapshots when batches land during a compaction's commit.
+COMMIT_ATTEMPTS = 5
 #: Where to go for what this module refuses.
 ENGINE_PROCEDURE = (
     "use the engine's rewrite_data_files procedure (Spark: CALL system.rewrite_data_files)"
@@ -301,9 +305,40 @@ def _full(table: Table, rel: str) -> str:
 def _commit(
     sink: IcebergSink, table: Table, groups: list[list[DataFile]], added: list[DataFile]
 ) -> int | None:
-    """The commit point: one overwrite snapshot swapping the groups for the merged files."""
+    """The commit point: one overwrite snapshot swapping the groups for the merged files.
+
+    A batch committed meanwhile makes the snapshot's commit fail (pyiceberg's retries are
+    off: a repair that won may have replaced these very files). The merge then *rebases*:
+    it reloads the table and, if every input is still live, commits the same merged files
+    on the newer snapshot, up to :data:`COMMIT_ATTEMPTS` times; an input gone means another
+    writer replaced it, and nothing changes.
+    """
     from pyiceberg.exceptions import CommitFailedException
 
+    for _ in range(COMMIT_ATTEMPTS):
+        try:
+            return _overwrite(table, groups, added)
+        except CommitFailedException:
+            fresh = sink.load_table()
+            if fresh is None:
+                break
+            tasks = list(fresh.scan().plan_files())
+            _check_plain(sink, fresh, tasks)
+            live = {t.file.file_path: t.file for t in tasks}
+            if any(f.file_path not in live for group in groups for f in group):
+                break
+            table = fresh
+            groups = [[live[f.file_path] for f in group] for group in groups]
+    raise _NotCommitted(
+        SinkError(
+            f"{sink.describe()}: another writer replaced files of the compaction, or commits "
+            f"kept landing during it ({COMMIT_ATTEMPTS} tries); nothing changed, run it again"
+        )
+    )
+
+
+def _overwrite(table: Table, groups: list[list[DataFile]], added: list[DataFile]) -> int | None:
+    """One overwrite snapshot on ``table`` as loaded (its commit fails if it is stale)."""
     # pyiceberg would retry a lost race on top of the winner; a repair that won may have
     # deleted rows of these very files. Fail instead (see IcebergSink._commit_snapshot).
     properties = {**table.metadata.properties, "commit.retry.num-retries": "0"}
@@ -318,20 +353,12 @@ def _commit(
 
         mapping = table.schema().name_mapping.model_dump_json()
         tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
-    try:
-        with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
-            for group in groups:
-                for f in group:
-                    overwrite.delete_data_file(f)
-            for f in added:
-                overwrite.append_data_file(f)
-        committed = tx.commit_transaction()
-    except CommitFailedException:
-        raise _NotCommitted(
-            SinkError(
-                f"{sink.describe()}: another writer committed during the compaction; nothing "
-                "changed, run it again"
-            )
-        ) from None
+    with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
+        for group in groups:
+            for f in group:
+                overwrite.delete_data_file(f)
+        for f in added:
+            overwrite.append_data_file(f)
+    committed = tx.commit_transaction()
     snap = committed.current_snapshot()
     return None if snap is None else snap.snapshot_id
