@@ -123,6 +123,7 @@ def _delta_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Sink
 
 
 def _iceberg_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Sink:
+    from inorder.sinks.compaction_levels import DEFAULT_MAX_MERGE_BYTES, LevelSettings
     from inorder.sinks.iceberg import IcebergSink
 
     return IcebergSink(
@@ -135,6 +136,15 @@ def _iceberg_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Si
         compression=spec["compression"],
         target_file_size=spec["target_file_size"],
         table_properties=spec["table_properties"] or None,
+        compact=spec["compact"],
+        compaction=LevelSettings(
+            spec["target_file_size"],
+            spec["compaction_fanout"],
+            spec["compaction_levels"],
+            None,
+            spec["compaction_max_merge_bytes"]
+            or max(DEFAULT_MAX_MERGE_BYTES, spec["target_file_size"]),
+        ),
     )
 
 

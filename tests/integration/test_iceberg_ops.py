@@ -463,3 +463,26 @@ def test_iceberg_compaction_rebases_on_a_batch_committed_meanwhile(
     with pytest.raises(SinkError, match="another writer replaced files of the compaction"):
         compact_iceberg(sink, 64 * 1024 * 1024, fanout=3, levels=2)
     assert sorted(r[2] for r in all_rows(sink)) == list(range(6))
+
+
+def test_the_iceberg_sink_merges_beside_its_commits(tmp_path: Path) -> None:
+    """``compact=True``: the level rule's merges run in a driver thread after the commits,
+    fenced by the lease check, and finish with the run; every row once."""
+    from inorder.sinks.compaction_levels import LevelSettings
+
+    sink = new_sink(tmp_path)
+    sink.compact, sink.compaction = True, LevelSettings(64 * 1024 * 1024, fanout=3, levels=2)
+    checks: list[int] = []
+    sink.guard_background(lambda: checks.append(1))
+    for b in range(6):
+        sink.commit_consumed(
+            b, stage(sink, b, {("a", 0): range(b, b + 1)}), [ConsumedOffsets("a", 0, b, b)]
+        )
+    assert sink.finish_background(timeout=120) is None
+    assert sorted(r[2] for r in all_rows(sink)) == list(range(6))
+    table = sink.load_table()
+    assert table is not None
+    names = {t.file.file_path.rsplit("/", 1)[-1][:12] for t in table.scan().plan_files()}
+    assert "compacted-l1" in names or "compacted-l2" in names, names
+    assert checks  # the lease was checked before the merges' commits
+    assert sink.last_committed_batch() == 5

@@ -23,11 +23,6 @@ def check_outputs(config: Config, origin: str) -> None:
 
 
 def _check_compaction(sink: dict[str, Any], origin: str) -> None:
-    if sink["compact"] and sink["type"] == "iceberg":
-        raise ConfigError(
-            f"{origin}: sink.compact: an Iceberg table is compacted by "
-            "`inorder compact --format iceberg`, not by the sink"
-        )
     if sink["compaction_fanout"] < 2:
         raise ConfigError(f"{origin}: sink.compaction_fanout must be >= 2")
     if sink["compaction_levels"] < 1:

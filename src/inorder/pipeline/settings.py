@@ -276,21 +276,21 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         "compact": Setting(
             bool,
             False,
-            "parquet, delta: merge small files after commits by the level rule, in a driver "
-            "thread beside the stream (iceberg: `inorder compact --format iceberg`).",
+            "Merge small files after commits by the level rule, in a driver thread beside "
+            "the stream (parquet, delta, iceberg).",
         ),
         "compaction_fanout": Setting(
-            int, 9, "parquet, delta: this many files of a level merge into one of the next (>= 2)."
+            int, 9, "this many files of a level merge into one of the next (>= 2)."
         ),
         "compaction_levels": Setting(
             int,
             3,
-            "parquet, delta: files of this level are final: each row rewritten at most so often.",
+            "files of this level are final: each row rewritten at most so often.",
         ),
         "compaction_max_merge_bytes": Setting(
             int,
             0,
-            "parquet, delta: the most input bytes one merge reads (>= target_file_size; 0: the "
+            "the most input bytes one merge reads (>= target_file_size; 0: the "
             "larger of 512 MiB and target_file_size); a file of half of it or more is final.",
         ),
         "storage_options": Setting(

@@ -27,8 +27,8 @@ import re
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -39,6 +39,7 @@ from inorder.sinks.base import (
     SinkError,
     WrittenFile,
 )
+from inorder.sinks.compacting import Compacting
 from inorder.sinks.compaction_levels import (
     DEFAULT_FANOUT,
     DEFAULT_LEVELS,
@@ -55,12 +56,10 @@ from inorder.sinks.parquet import (
     ParquetBatchWriter,
     check_writable,
 )
+from inorder.sinks.parquet_compactor import ParquetCompactor
 from inorder.sinks.proof import consumed_ranges
 from inorder.sinks.topic_bucket import BUCKET_ONLY_PARQUET, derives_bucket
 from inorder.storage import fs as sfs
-
-if TYPE_CHECKING:
-    from inorder.sinks.delta_compaction import DeltaCompactor
 
 DEFAULT_APP_ID = "inorder"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -138,7 +137,7 @@ class _DeltaWriter(BatchWriter):
         self._inner.abort()
 
 
-class DeltaSink(FileSink):
+class DeltaSink(Compacting, FileSink):
     """A Delta table committed exactly once per micro-batch (deltalake / delta-rs).
 
     ``app_id`` names the writing query in the table's application transactions: a table
@@ -178,46 +177,24 @@ class DeltaSink(FileSink):
         self.compaction_levels = compaction_levels
         self.compact_in_background = compact_in_background
         self.compaction_max_merge_bytes = compaction_max_merge_bytes
-        self._compactor: DeltaCompactor | None = None
-        self._lease_check: Callable[[], None] | None = None
         self._ends: dict[str, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_ends"] = None
-        # A driver thread and the lease: never shipped.
-        state["_compactor"] = state["_lease_check"] = None
-        return state
+        return self._unshipped(state)
 
-    @property
-    def compactor(self) -> DeltaCompactor:
-        """What merges small files after each commit (``compact=True``): the level rule, in
-        a driver thread unless ``compact_in_background=False``
-        (:mod:`inorder.sinks.delta_compaction`)."""
-        if self._compactor is None:
-            from inorder.sinks.delta_compaction import DeltaCompactor, DeltaTarget
+    def _make_compactor(self) -> ParquetCompactor:
+        """The level rule over the table's files, in a driver thread unless
+        ``compact_in_background=False`` (:mod:`inorder.sinks.delta_compaction`)."""
+        from inorder.sinks.delta_compaction import DeltaCompactor, DeltaTarget
 
-            target = DeltaTarget(
-                self.location, self.partition_by, self.compression, self.describe()
-            )
-            self._compactor = DeltaCompactor(
-                self.path, self.storage_options, self.target_file_size, 0.0, self.compression,
-                self.compaction_fanout, self.compaction_levels, self.compact_in_background,
-                max_merge_bytes=self.compaction_max_merge_bytes, table=target,
-                guard=self._lease_check,
-            )  # fmt: skip
-        return self._compactor
-
-    def guard_background(self, check: Callable[[], None]) -> None:
-        """Run ``check`` (the lease's) before each merge's commit point (a sink that never
-        compacts builds no compactor for it)."""
-        self._lease_check = check
-        if self._compactor is not None:
-            self._compactor.guard = check
-
-    def finish_background(self, timeout: float | None = None) -> str | None:
-        """Let the compactor thread finish its pending round and stop."""
-        return None if self._compactor is None else self._compactor.finish(timeout)
+        target = DeltaTarget(self.location, self.partition_by, self.compression, self.describe())
+        return DeltaCompactor(
+            self.path, self.storage_options, self.target_file_size, 0.0, self.compression,
+            self.compaction_fanout, self.compaction_levels, self.compact_in_background,
+            max_merge_bytes=self.compaction_max_merge_bytes, table=target,
+        )  # fmt: skip
 
     def bind(self, owner: str) -> None:
         """Use the pipeline checkpoint's id as ``app_id`` (unless one was given)."""
@@ -380,8 +357,8 @@ class DeltaSink(FileSink):
                 f"{describe_delta_error(exc, secrets)}; run again: the batch is committed "
                 "once (its id is checked in the table first)"
             ) from None
-        if committed and self.compact:
-            self.compactor.after_commit({file_dir(f.path) for f in files})
+        if committed:
+            self._after_commit({file_dir(f.path) for f in files})
         return committed
 
     def _already_committed(self, table: Any, batch_id: int) -> bool:

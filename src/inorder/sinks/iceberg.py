@@ -22,6 +22,7 @@ files).
 from __future__ import annotations
 
 import json
+import pickle
 import time
 import urllib.parse
 import uuid
@@ -38,6 +39,8 @@ from inorder.sinks.base import (
     SinkError,
     WrittenFile,
 )
+from inorder.sinks.compacting import Compacting
+from inorder.sinks.compaction_levels import LevelSettings
 from inorder.sinks.delta import delta_schema, files_proof
 from inorder.sinks.delta_keys import FILES_KEY
 from inorder.sinks.evolution import schema_change
@@ -50,6 +53,7 @@ from inorder.sinks.iceberg_catalog import (
     open_catalog,
     parse_partition_by,
     require_pyiceberg,
+    rows_from_filter,
     secrets_of,
 )
 from inorder.sinks.iceberg_history import (
@@ -65,6 +69,7 @@ from inorder.sinks.iceberg_history import (
 )
 from inorder.sinks.iceberg_writer import IcebergBatchWriter, merge_offsets
 from inorder.sinks.parquet import COMPRESSIONS, DEFAULT_TARGET_FILE_SIZE
+from inorder.sinks.parquet_compactor import ParquetCompactor
 from inorder.sinks.topic_bucket import BUCKET_ONLY_PARQUET, derives_bucket
 from inorder.storage import fs as sfs
 
@@ -80,7 +85,7 @@ DEFAULT_APP_ID = "inorder"
 COMMIT_ATTEMPTS = 8
 
 
-class IcebergSink(Sink):
+class IcebergSink(Compacting, Sink):
     """An Iceberg table committed exactly once per micro-batch (pyiceberg).
 
     ``table`` is ``"namespace.name"``; ``warehouse`` a local path or ``s3://bucket/prefix``.
@@ -106,6 +111,8 @@ class IcebergSink(Sink):
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
         table_properties: Mapping[str, str] | None = None,
         app_id: str | None = None,
+        compact: bool = False,
+        compaction: LevelSettings | None = None,
     ) -> None:
         require_pyiceberg("the Iceberg sink")
         if table.count(".") < 1 or not all(table.split(".")):
@@ -126,6 +133,7 @@ class IcebergSink(Sink):
         self.table_properties = dict(table_properties) if table_properties else None
         self.app_id = app_id or DEFAULT_APP_ID
         self._explicit_app_id = app_id is not None
+        self.compact, self.compaction = compact, compaction or LevelSettings(target_file_size)
         self._props = catalog_properties(
             self.catalog, self.warehouse, catalog_file, self.storage_options
         )
@@ -141,7 +149,18 @@ class IcebergSink(Sink):
         state = self.__dict__.copy()
         state["_location"] = None  # re-resolved on the executor
         state["_opened"] = None  # catalog clients are not picklable
-        return state
+        return self._unshipped(state)
+
+    def _make_compactor(self) -> ParquetCompactor:
+        """The level rule's merges (``compaction``) in a driver thread, on a copy of the sink
+        with its own catalog client (:mod:`inorder.sinks.iceberg_compaction`)."""
+        from inorder.sinks.iceberg_compaction import IcebergCompactor
+
+        c = self.compaction
+        return IcebergCompactor(
+            self.warehouse, self.storage_options, c.target_file_size, 0.0, self.compression,
+            c.fanout, c.levels, True, c.max_merge_bytes, sink=pickle.loads(pickle.dumps(self)),
+        )  # fmt: skip
 
     def bind(self, owner: str) -> None:
         """Use the pipeline checkpoint's id as ``app_id`` (unless one was given)."""
@@ -169,7 +188,8 @@ class IcebergSink(Sink):
 
     # -- catalog access ---------------------------------------------------------------------
 
-    def _error(self, what: str, exc: BaseException) -> SinkError:
+    def error(self, what: str, exc: BaseException) -> SinkError:
+        """A one-line error naming the table (credentials scrubbed)."""
         secrets = secrets_of(self._props)
         return SinkError(f"{self.describe()}: {what}: {sfs.describe_error(exc, secrets)}")
 
@@ -188,7 +208,7 @@ class IcebergSink(Sink):
         except NoSuchTableError:
             return None
         except Exception as exc:
-            raise self._error("cannot load the table", exc) from None
+            raise self.error("cannot load the table", exc) from None
 
     @property
     def location(self) -> sfs.Location:
@@ -227,7 +247,7 @@ class IcebergSink(Sink):
         except SinkError:
             raise
         except Exception as exc:
-            raise self._error("cannot open the table", exc) from None
+            raise self.error("cannot open the table", exc) from None
         self._table_location = table.location()
         self._location = None
         self._schema = target
@@ -338,12 +358,13 @@ class IcebergSink(Sink):
             self._guard(table, batch_id)
             try:
                 self._commit_snapshot(table, paths, summary)
+                self._after_commit(None)
                 return True
             except CommitFailedException:
                 # Another writer committed first: decide again from the refreshed table.
                 time.sleep(min(0.05 * 2**attempt, 2.0))
             except Exception as exc:
-                raise self._error(f"commit of batch {batch_id} failed", exc) from None
+                raise self.error(f"commit of batch {batch_id} failed", exc) from None
         raise SinkError(
             f"{self.describe()}: commit of batch {batch_id} lost {COMMIT_ATTEMPTS} concurrent "
             "commit races in a row; another writer keeps committing to this table"
@@ -408,31 +429,9 @@ class IcebergSink(Sink):
         state was not rewound) and the table's history. ``expected`` is the number of rows
         counted beforehand: any other count is an error.
         """
-        from pyiceberg.expressions import (
-            And,
-            BooleanExpression,
-            EqualTo,
-            GreaterThanOrEqual,
-            Or,
-            Reference,
-        )
-        from pyiceberg.expressions.literals import literal
-
-        terms: list[BooleanExpression] = [
-            And(
-                EqualTo(term=Reference("topic"), value=literal(topic)),
-                And(
-                    EqualTo(term=Reference("partition"), value=literal(partition)),
-                    GreaterThanOrEqual(term=Reference("offset"), value=literal(start)),
-                ),
-            )
-            for (topic, partition), start in sorted(starts.items())
-        ]
-        if not terms:
+        condition = rows_from_filter(starts)
+        if condition is None:
             return
-        condition = terms[0]
-        for term in terms[1:]:
-            condition = Or(condition, term)
         table = self._load_for_commit()
         before = total_records(table)
         try:
@@ -440,7 +439,7 @@ class IcebergSink(Sink):
                 delete_filter=condition, snapshot_properties=repair_summary(self.app_id, starts)
             )
         except Exception as exc:
-            raise self._error("DELETE failed", exc) from None
+            raise self.error("DELETE failed", exc) from None
         deleted = before - total_records(self._load_for_commit())
         if deleted != expected:
             raise SinkError(

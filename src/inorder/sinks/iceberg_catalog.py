@@ -29,6 +29,7 @@ from inorder.storage import fs as sfs
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table
 
 #: The name the catalog is opened under (the SQL catalog keys its tables by it).
@@ -223,3 +224,27 @@ def create_table(
     except TableAlreadyExistsError:
         pass  # another process created it first: use theirs (checked by the caller)
     return catalog.load_table(identifier)
+
+
+def rows_from_filter(starts: Mapping[tuple[str, int], int]) -> BooleanExpression | None:
+    """An Iceberg filter of the rows at or after ``starts[(topic, partition)]`` (what
+    ``inorder repair`` deletes); ``None`` when ``starts`` is empty."""
+    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, Or, Reference
+    from pyiceberg.expressions.literals import literal
+
+    terms: list[BooleanExpression] = [
+        And(
+            EqualTo(term=Reference("topic"), value=literal(topic)),
+            And(
+                EqualTo(term=Reference("partition"), value=literal(partition)),
+                GreaterThanOrEqual(term=Reference("offset"), value=literal(start)),
+            ),
+        )
+        for (topic, partition), start in sorted(starts.items())
+    ]
+    if not terms:
+        return None
+    condition = terms[0]
+    for term in terms[1:]:
+        condition = Or(condition, term)
+    return condition

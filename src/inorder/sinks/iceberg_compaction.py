@@ -32,14 +32,15 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from inorder.sinks.base import SinkError
+from inorder.sinks.compaction import CompactionReport
 from inorder.sinks.compaction_levels import (
     DEFAULT_FANOUT,
     DEFAULT_LEVELS,
@@ -56,6 +57,7 @@ from inorder.sinks.compaction_levels import (
 from inorder.sinks.compaction_merge import RowPieces
 from inorder.sinks.delta import delta_schema
 from inorder.sinks.iceberg_history import COMPACT, OPERATION_KEY
+from inorder.sinks.parquet_compactor import ParquetCompactor
 from inorder.sinks.parquet_writer import ROW_GROUP_BUFFER_BYTES
 from inorder.storage import fs as sfs
 
@@ -63,7 +65,26 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
-    from inorder.sinks.iceberg import IcebergSink
+
+class CompactedTable(Protocol):
+    """What a compaction needs of an Iceberg sink (:class:`~inorder.sinks.iceberg.IcebergSink`)."""
+
+    table: str
+    compression: str
+
+    @property
+    def location(self) -> sfs.Location:
+        """The table's root."""
+
+    def load_table(self) -> Table | None:
+        """The table as the catalog has it now."""
+
+    def describe(self) -> str:
+        """One line for humans."""
+
+    def error(self, what: str, exc: BaseException) -> SinkError:
+        """A one-line error naming the table."""
+
 
 #: Snapshot commits tried on newer snapshots when batches land during a compaction's commit.
 COMMIT_ATTEMPTS = 5
@@ -138,7 +159,7 @@ def plan_iceberg_merges(
 
 
 def compact_iceberg(
-    sink: IcebergSink,
+    sink: CompactedTable,
     target_file_size: int,
     dry_run: bool = False,
     fanout: int = DEFAULT_FANOUT,
@@ -146,6 +167,7 @@ def compact_iceberg(
     full: bool = False,
     now: float | None = None,
     max_merge_bytes: int = DEFAULT_MAX_MERGE_BYTES,
+    before_commit: Callable[[], None] | None = None,
 ) -> IcebergCompactionReport:
     """Merge the table's small files by the level rule (see the module docstring), each
     merge reading at most ``max_merge_bytes``; ``full`` merges every non-final file of each
@@ -177,9 +199,8 @@ def compact_iceberg(
         written: list[str] = []
         try:
             added = [f for m in merges for f in _merge(sink, table, m, target_file_size, written)]
-            report.snapshot_id = _commit(
-                sink, table, [[f.file for f in m.files] for m in merges], added
-            )
+            groups = [[f.file for f in m.files] for m in merges]
+            report.snapshot_id = _commit(sink, table, groups, added, before_commit)
         except _NotCommitted as exc:
             loc = sink.location
             for rel in written:
@@ -191,7 +212,7 @@ def compact_iceberg(
     return report
 
 
-def _check_plain(sink: IcebergSink, table: Table, tasks: Sequence[Any]) -> None:
+def _check_plain(sink: CompactedTable, table: Table, tasks: Sequence[Any]) -> None:
     """Refuse what the engines' own procedures handle: delete files, evolved specs."""
     spec_id = table.spec().spec_id
     for task in tasks:
@@ -213,7 +234,7 @@ class _NotCommitted(Exception):
         self.error = error
 
 
-def _relative(sink: IcebergSink, table: Table, path: str) -> str:
+def _relative(sink: CompactedTable, table: Table, path: str) -> str:
     root = table.location().rstrip("/") + "/"
     if not path.startswith(root):
         raise SinkError(f"{sink.describe()}: data file {path} is outside the table location")
@@ -221,7 +242,7 @@ def _relative(sink: IcebergSink, table: Table, path: str) -> str:
 
 
 def _merge(
-    sink: IcebergSink,
+    sink: CompactedTable,
     table: Table,
     merge: Merge[TieredFile],
     target_file_size: int,
@@ -269,7 +290,7 @@ def _merge(
 
 
 def _write(
-    sink: IcebergSink,
+    sink: CompactedTable,
     table: Table,
     schema: pa.Schema,
     directory: str,
@@ -294,7 +315,7 @@ def _write(
                 writer.write_table(pa.concat_tables(group))
     except Exception as exc:
         sfs.delete_quietly(loc, loc.join(rel))
-        raise _NotCommitted(sink._error(f"cannot write {rel}", exc)) from None
+        raise _NotCommitted(sink.error(f"cannot write {rel}", exc)) from None
     return rel
 
 
@@ -303,7 +324,11 @@ def _full(table: Table, rel: str) -> str:
 
 
 def _commit(
-    sink: IcebergSink, table: Table, groups: list[list[DataFile]], added: list[DataFile]
+    sink: CompactedTable,
+    table: Table,
+    groups: list[list[DataFile]],
+    added: list[DataFile],
+    before_commit: Callable[[], None] | None,
 ) -> int | None:
     """The commit point: one overwrite snapshot swapping the groups for the merged files.
 
@@ -316,6 +341,8 @@ def _commit(
     from pyiceberg.exceptions import CommitFailedException
 
     for _ in range(COMMIT_ATTEMPTS):
+        if before_commit is not None:
+            before_commit()  # the writer's lease: a fenced driver commits no merge
         try:
             return _overwrite(table, groups, added)
         except CommitFailedException:
@@ -362,3 +389,27 @@ def _overwrite(table: Table, groups: list[list[DataFile]], added: list[DataFile]
     committed = tx.commit_transaction()
     snap = committed.current_snapshot()
     return None if snap is None else snap.snapshot_id
+
+
+@dataclass
+class IcebergCompactor(ParquetCompactor):
+    """The Iceberg sink's merges after its commits (``compact=True``): the Parquet sink's
+    rounds in a driver thread, each round one :func:`compact_iceberg` over the whole table
+    (its planning reads the current snapshot's file list) on a copy of the sink with its own
+    catalog client."""
+
+    sink: CompactedTable | None = field(default=None, repr=False)
+
+    def _compact(self, dry_run: bool, partitions: Collection[str] | None) -> CompactionReport:
+        assert self.sink is not None
+        done = compact_iceberg(
+            self.sink,
+            self.target_file_size,
+            dry_run=dry_run,
+            fanout=self.fanout,
+            levels=self.levels,
+            now=self.clock(),
+            max_merge_bytes=self.max_merge_bytes,
+            before_commit=self.guard,
+        )
+        return CompactionReport(groups=[[] for _ in range(done.groups)], dry_run=dry_run)
