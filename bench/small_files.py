@@ -81,6 +81,10 @@ class Run:
     """The batch ids measured (after the warm-up batch)."""
     batch_files: dict[int, int] = field(default_factory=dict)
     batch_rows: dict[int, int] = field(default_factory=dict)
+    batch_bytes: dict[int, int] = field(default_factory=dict)
+    """Per batch, read from its manifest right after its commit (the commit checkpoint
+    deletes old manifests, so the log at the end holds only the newest batches)."""
+    committed_at: dict[int, float] = field(default_factory=dict)
     ingested_bytes: int = 0
     compaction_written: int = 0
     compaction_read: int = 0
@@ -105,6 +109,14 @@ class Run:
     """CPU seconds of the driver (and producer) and of the JVM + workers over the run."""
 
 
+def _note_manifest(run: Run, data: dict[str, Any]) -> None:
+    """A batch manifest's files, rows and bytes."""
+    batch = int(data["batch_id"])
+    run.batch_files[batch] = len(data["files"])
+    run.batch_rows[batch] = sum(int(f["rows"]) for f in data["files"])
+    run.batch_bytes[batch] = sum(int(f["size_bytes"]) for f in data["files"])
+
+
 def _disk_files(path: str) -> int:
     """Data files on disk under ``path`` (the sinks' own logs and staging excluded)."""
     count = 0
@@ -120,6 +132,7 @@ def _parquet_log(run: Run, output: str) -> dict[int, float]:
 
     log = Path(output, "_inorder")
     commit_at: dict[int, float] = {}
+    commit_at.update(run.committed_at)  # batches whose manifests were folded and deleted
     for manifest in sorted((log / "commits").glob("*.json")):
         if manifest.name.endswith(".checkpoint.json"):
             continue
@@ -129,9 +142,8 @@ def _parquet_log(run: Run, output: str) -> dict[int, float]:
             continue
         batch = int(data["batch_id"])
         commit_at[batch] = float(json.loads(done.read_text())["done_at"])
-        run.batch_files[batch] = len(data["files"])
-        run.batch_rows[batch] = sum(int(f["rows"]) for f in data["files"])
-        run.ingested_bytes += sum(int(f["size_bytes"]) for f in data["files"])
+        _note_manifest(run, data)
+    run.ingested_bytes = sum(run.batch_bytes.values())
     for manifest in sorted((log / "compactions").glob("*.json")):
         data = json.loads(manifest.read_text())
         run.compactions += 1
@@ -206,10 +218,11 @@ def _wrap_compaction(fmt: str, timed: Callable[[float], None]) -> Callable[[], N
     The sinks import the function from its module at call time, so patching the module
     attribute reaches them.
     """
-    from inorder.sinks import compaction
+    from inorder.sinks import compaction, delta_compaction
 
-    name = "compact_delta" if fmt == "delta" else "compact_parquet"
-    original = getattr(compaction, name)
+    module: Any = delta_compaction if fmt == "delta" else compaction
+    name = "compact_delta_levels" if fmt == "delta" else "compact_parquet"
+    original = getattr(module, name)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -218,8 +231,8 @@ def _wrap_compaction(fmt: str, timed: Callable[[float], None]) -> Callable[[], N
         finally:
             timed(time.perf_counter() - started)
 
-    setattr(compaction, name, wrapper)
-    return lambda: setattr(compaction, name, original)
+    setattr(module, name, wrapper)
+    return lambda: setattr(module, name, original)
 
 
 def run_once(
@@ -235,6 +248,7 @@ def run_once(
     """One pipeline run over ``sites`` fresh topics; its measurements."""
     from inorder.assemble import build_pipeline
     from inorder.pipeline.runner import PipelineRunner
+    from inorder.sinks.commit_log import manifest_name
 
     run = Run(sites=sites, mode=mode, fmt=fmt, layout=layout)
     prefix = f"sf{sites}-{uuid.uuid4().hex[:6]}-"
@@ -275,6 +289,10 @@ def run_once(
                 return report
             run.batch_seconds[batch_id] = float(report.duration_seconds)
             run.batch_started[batch_id] = started
+            run.committed_at[batch_id] = time.time()
+            if fmt == "parquet":  # read now: the commit checkpoint deletes old manifests
+                manifest = Path(work, "output", "_inorder", "commits", manifest_name(batch_id))
+                _note_manifest(run, json.loads(manifest.read_text()))
             # Batches that started after the traffic did; the first of them is a warm-up.
             if traffic_at[0] and started > traffic_at[0]:
                 run.measured.append(batch_id)
