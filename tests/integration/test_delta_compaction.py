@@ -15,10 +15,10 @@ from tests.fixtures.sink_cases import stage_batch
 
 from inorder.ops.verify import verify
 from inorder.sinks.base import SinkError
+from inorder.sinks.commit_keys import COMPACT, FILES_KEY, OPERATION_KEY
 from inorder.sinks.compaction_levels import LevelSettings
 from inorder.sinks.delta import DeltaSink
 from inorder.sinks.delta_compaction import DeltaTarget, compact_delta_levels, live_files
-from inorder.sinks.delta_keys import COMPACT, FILES_KEY, OPERATION_KEY
 
 SCHEMA = pa.schema([("topic", pa.string()), ("offset", pa.int64()), ("payload", pa.string())])
 

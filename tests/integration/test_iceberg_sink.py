@@ -36,7 +36,7 @@ from inorder.sinks.base import (
     StoredSink,
     WrittenFile,
 )
-from inorder.sinks.delta_keys import FILES_KEY
+from inorder.sinks.commit_keys import FILES_KEY
 from inorder.sinks.iceberg import BATCH_ID_KEY, OFFSETS_KEY, IcebergSink, batch_summaries
 from inorder.sinks.iceberg_history import ROW_OFFSETS_KEY
 from inorder.sinks.parquet import read_committed

@@ -29,7 +29,7 @@ from inorder.ops.repair import apply_repair, plan_repair
 from inorder.ops.verify import CheckpointEnd, VerifyReport, checkpoint_end, verify
 from inorder.pipeline.runner import PipelineRunner
 from inorder.sinks.commit_checkpoint import write_checkpoint
-from inorder.sinks.delta_keys import APP_ID_KEY, BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY
+from inorder.sinks.commit_keys import APP_ID_KEY, BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY
 from inorder.sinks.parquet import (
     COMMITS_DIR,
     ParquetSink,

@@ -20,8 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from inorder.ops.verify_evidence import BatchProof, Evidence, FileProof, Problem
-from inorder.sinks.commit_log import file_batch_id
-from inorder.sinks.delta_keys import (
+from inorder.sinks.commit_keys import (
     APP_ID_KEY,
     BATCH_ID_KEY,
     COMPACT,
@@ -29,6 +28,7 @@ from inorder.sinks.delta_keys import (
     OFFSETS_KEY,
     OPERATION_KEY,
 )
+from inorder.sinks.commit_log import file_batch_id
 
 
 def _batch(props: dict[str, Any], where: str, evidence: Evidence, seen: dict[int, str]) -> None:

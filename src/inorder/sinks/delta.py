@@ -39,6 +39,7 @@ from inorder.sinks.base import (
     SinkError,
     WrittenFile,
 )
+from inorder.sinks.commit_keys import APP_ID_KEY, BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY, proof_json
 from inorder.sinks.compacting import Compacting
 from inorder.sinks.compaction_levels import (
     DEFAULT_FANOUT,
@@ -48,7 +49,6 @@ from inorder.sinks.compaction_levels import (
     check_max_merge_bytes,
 )
 from inorder.sinks.compaction_merge import file_dir
-from inorder.sinks.delta_keys import APP_ID_KEY, BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY, proof_json
 from inorder.sinks.delta_read import delta_dataset
 from inorder.sinks.parquet import (
     DEFAULT_TARGET_FILE_SIZE,

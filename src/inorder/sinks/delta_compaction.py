@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from inorder.sinks.base import SinkError
+from inorder.sinks.commit_keys import COMPACT, FILES_KEY, OPERATION_KEY, proof_json
 from inorder.sinks.commit_log import DEFAULT_TARGET_FILE_SIZE
 from inorder.sinks.compaction import DEFAULT_DELTA_RETENTION_HOURS, CompactionReport
 from inorder.sinks.compaction_levels import (
@@ -56,7 +57,6 @@ from inorder.sinks.compaction_levels import (
     plan_levels,
 )
 from inorder.sinks.compaction_merge import RowPieces, file_dir
-from inorder.sinks.delta_keys import COMPACT, FILES_KEY, OPERATION_KEY, proof_json
 from inorder.sinks.delta_stats import merge_stats, stats_json
 from inorder.sinks.parquet_compactor import ParquetCompactor
 from inorder.sinks.parquet_writer import ROW_GROUP_BUFFER_BYTES

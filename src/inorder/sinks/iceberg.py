@@ -39,10 +39,10 @@ from inorder.sinks.base import (
     SinkError,
     WrittenFile,
 )
+from inorder.sinks.commit_keys import FILES_KEY
 from inorder.sinks.compacting import Compacting
 from inorder.sinks.compaction_levels import LevelSettings
 from inorder.sinks.delta import delta_schema, files_proof
-from inorder.sinks.delta_keys import FILES_KEY
 from inorder.sinks.evolution import schema_change
 from inorder.sinks.iceberg_catalog import (
     PartitionField,

@@ -28,20 +28,20 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from inorder.sinks.base import ConsumedOffsets
+from inorder.sinks.commit_keys import APP_ID_KEY as APP_ID_KEY
+from inorder.sinks.commit_keys import BATCH_ID_KEY as BATCH_ID_KEY
+from inorder.sinks.commit_keys import COMPACT as COMPACT
+from inorder.sinks.commit_keys import OFFSETS_KEY as OFFSETS_KEY
+from inorder.sinks.commit_keys import OPERATION_KEY as OPERATION_KEY
 from inorder.sinks.proof import consumed_ranges
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
-APP_ID_KEY = "inorder.app-id"
-BATCH_ID_KEY = "inorder.batch-id"
-OFFSETS_KEY = "inorder.offsets"
 ROW_OFFSETS_KEY = "inorder.row-offsets"
-OPERATION_KEY = "inorder.operation"
 REPAIR_FROM_KEY = "inorder.repair-from"
 REPAIR = "repair"
-COMPACT = "compact"
 
 
 def _ancestors(table: Table) -> Iterator[Snapshot]:

@@ -1,8 +1,9 @@
-"""The ``commitInfo`` keys of the Delta sink's commits: the proof ``inorder verify`` reads.
+"""The keys of the table sinks' commit metadata (a Delta commit's ``commitInfo``, an Iceberg
+snapshot's summary): the proof ``inorder verify`` reads.
 
 A batch commit carries its app id, batch id, consumed offsets and files; a compaction commit
-carries :data:`OPERATION_KEY` = :data:`COMPACT` and the files it added, with the rows and
-digest of each (no batch id: it never counts as a committed batch).
+carries :data:`OPERATION_KEY` = :data:`COMPACT` (and, in Delta, the files it added, with the
+rows and digest of each); neither has a batch id then, so it never counts as a batch.
 """
 
 from __future__ import annotations
