@@ -105,15 +105,18 @@ def make_integrity(config: Config, processor: Processor[Any, Any, Any]) -> Integ
 
 
 def _delta_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Sink:
+    from inorder.sinks.commit_log import DEFAULT_TARGET_FILE_SIZE
     from inorder.sinks.compaction_levels import DEFAULT_FANOUT, DEFAULT_LEVELS
     from inorder.sinks.delta import DeltaSink
 
+    # A section made by hand (the dead-letter and materialized ones, tests) may hold only
+    # path, type, partition_by and storage options: the rest are the settings' defaults.
     return DeltaSink(
         spec["path"],
         partition_by=list(spec["partition_by"]),
         storage_options=storage,
-        compression=spec["compression"],
-        target_file_size=spec["target_file_size"],
+        compression=spec.get("compression", "zstd"),
+        target_file_size=spec.get("target_file_size", DEFAULT_TARGET_FILE_SIZE),
         compact=spec.get("compact", False),
         table_properties=spec.get("table_properties") or None,
         compaction_fanout=spec.get("compaction_fanout", DEFAULT_FANOUT),
@@ -123,7 +126,12 @@ def _delta_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Sink
 
 
 def _iceberg_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Sink:
-    from inorder.sinks.compaction_levels import DEFAULT_MAX_MERGE_BYTES, LevelSettings
+    from inorder.sinks.compaction_levels import (
+        DEFAULT_FANOUT,
+        DEFAULT_LEVELS,
+        DEFAULT_MAX_MERGE_BYTES,
+        LevelSettings,
+    )
     from inorder.sinks.iceberg import IcebergSink
 
     return IcebergSink(
@@ -136,13 +144,13 @@ def _iceberg_sink(spec: Mapping[str, Any], storage: dict[str, str] | None) -> Si
         compression=spec["compression"],
         target_file_size=spec["target_file_size"],
         table_properties=spec["table_properties"] or None,
-        compact=spec["compact"],
+        compact=spec.get("compact", False),
         compaction=LevelSettings(
             spec["target_file_size"],
-            spec["compaction_fanout"],
-            spec["compaction_levels"],
+            spec.get("compaction_fanout", DEFAULT_FANOUT),
+            spec.get("compaction_levels", DEFAULT_LEVELS),
             None,
-            spec["compaction_max_merge_bytes"]
+            spec.get("compaction_max_merge_bytes")
             or max(DEFAULT_MAX_MERGE_BYTES, spec["target_file_size"]),
         ),
     )
