@@ -41,7 +41,7 @@ from inorder.sinks.base import (
 )
 from inorder.sinks.commit_keys import FILES_KEY
 from inorder.sinks.compacting import Compacting
-from inorder.sinks.compaction_levels import LevelSettings
+from inorder.sinks.compaction_levels import DEFAULT_MAX_MERGE_BYTES, LevelSettings
 from inorder.sinks.delta import delta_schema, files_proof
 from inorder.sinks.evolution import schema_change
 from inorder.sinks.iceberg_catalog import (
@@ -133,7 +133,13 @@ class IcebergSink(Compacting, Sink):
         self.table_properties = dict(table_properties) if table_properties else None
         self.app_id = app_id or DEFAULT_APP_ID
         self._explicit_app_id = app_id is not None
-        self.compact, self.compaction = compact, compaction or LevelSettings(target_file_size)
+        self.compact, self.compaction = (
+            compact,
+            compaction
+            or LevelSettings(
+                target_file_size, max_merge_bytes=max(DEFAULT_MAX_MERGE_BYTES, target_file_size)
+            ),
+        )
         self._props = catalog_properties(
             self.catalog, self.warehouse, catalog_file, self.storage_options
         )
