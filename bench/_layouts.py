@@ -8,13 +8,14 @@ derives from the topic (docs/small-files.md, "Layout for 1,000 topics at a 5 s t
 :class:`RssSampler` samples every 0.2 s the resident memory of the bench's process (the
 driver and the producer) and of its descendants but the broker (the JVM and the Python
 workers), and their CPU seconds (user + system, from the sampler's start; a process's last
-sample counts once it is gone).
+sample counts once it is gone). :func:`wrap_compaction` times the sink's compaction calls.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 LAYOUTS = ("topic", "bucket")
@@ -100,3 +101,26 @@ class RssSampler(threading.Thread):
 def _cpu(process: Any) -> float:
     times = process.cpu_times()
     return float(times.user + times.system)
+
+
+def wrap_compaction(fmt: str, timed: Callable[[float], None]) -> Callable[[], None]:
+    """Time every call of the sink's compaction; returns the undo function.
+
+    The sinks import the function from its module at call time, so patching the module
+    attribute reaches them.
+    """
+    from inorder.sinks import compaction, delta_compaction
+
+    module: Any = delta_compaction if fmt == "delta" else compaction
+    name = "compact_delta_levels" if fmt == "delta" else "compact_parquet"
+    original = getattr(module, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            timed(time.perf_counter() - started)
+
+    setattr(module, name, wrapper)
+    return lambda: setattr(module, name, original)

@@ -49,7 +49,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,29 +211,6 @@ def _latencies(
     return sorted(out, key=lambda point: point[1])
 
 
-def _wrap_compaction(fmt: str, timed: Callable[[float], None]) -> Callable[[], None]:
-    """Time every call of the sink's compaction; returns the undo function.
-
-    The sinks import the function from its module at call time, so patching the module
-    attribute reaches them.
-    """
-    from inorder.sinks import compaction, delta_compaction
-
-    module: Any = delta_compaction if fmt == "delta" else compaction
-    name = "compact_delta_levels" if fmt == "delta" else "compact_parquet"
-    original = getattr(module, name)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            timed(time.perf_counter() - started)
-
-    setattr(module, name, wrapper)
-    return lambda: setattr(module, name, original)
-
-
 def run_once(
     bootstrap: str,
     tmp: str,
@@ -275,7 +251,7 @@ def run_once(
         run.rounds.append(seconds)
         run.compact_seconds[current[0]] = run.compact_seconds.get(current[0], 0.0) + seconds
 
-    undo = _wrap_compaction(fmt, timed_round)
+    undo = layouts.wrap_compaction(fmt, timed_round)
 
     def make_backend() -> Any:
         backend = original()
