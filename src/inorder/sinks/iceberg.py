@@ -133,13 +133,9 @@ class IcebergSink(Compacting, Sink):
         self.table_properties = dict(table_properties) if table_properties else None
         self.app_id = app_id or DEFAULT_APP_ID
         self._explicit_app_id = app_id is not None
-        self.compact, self.compaction = (
-            compact,
-            compaction
-            or LevelSettings(
-                target_file_size, max_merge_bytes=max(DEFAULT_MAX_MERGE_BYTES, target_file_size)
-            ),
-        )
+        self.compact = compact
+        bound = max(DEFAULT_MAX_MERGE_BYTES, target_file_size)
+        self.compaction = compaction or LevelSettings(target_file_size, max_merge_bytes=bound)
         self._props = catalog_properties(
             self.catalog, self.warehouse, catalog_file, self.storage_options
         )
@@ -364,13 +360,14 @@ class IcebergSink(Compacting, Sink):
             self._guard(table, batch_id)
             try:
                 self._commit_snapshot(table, paths, summary)
-                self._after_commit(None)
-                return True
             except CommitFailedException:
                 # Another writer committed first: decide again from the refreshed table.
                 time.sleep(min(0.05 * 2**attempt, 2.0))
+                continue
             except Exception as exc:
                 raise self.error(f"commit of batch {batch_id} failed", exc) from None
+            self._after_commit(None)  # committed: the compactor's work is not the batch's
+            return True
         raise SinkError(
             f"{self.describe()}: commit of batch {batch_id} lost {COMMIT_ATTEMPTS} concurrent "
             "commit races in a row; another writer keeps committing to this table"
