@@ -168,3 +168,22 @@ def test_in_a_driver_thread(tmp_path: Path) -> None:
     assert sink.finish_background(timeout=120) is None
     assert [f.level for f in live_files(DeltaTable(path))] == [1]
     assert offsets(path) == list(range(30))
+
+
+def test_a_table_with_deletion_vectors_is_refused(tmp_path: Path) -> None:
+    """Its files' rows are not all live: merging their Parquet alone would bring deleted
+    rows back, so the merge leaves such a table to the engines' OPTIMIZE."""
+    from deltalake import write_deltalake
+
+    from inorder.storage import fs as sfs
+
+    path = str(tmp_path / "dv")
+    table = pa.table({"topic": ["a", "a"], "offset": [1, 2]})
+    for _ in range(3):
+        write_deltalake(
+            path, table, mode="append", configuration={"delta.enableDeletionVectors": "true"}
+        )
+    dv = DeltaTarget(sfs.resolve(path), [], "zstd", "Delta table dv")
+    with pytest.raises(SinkError, match=r"deletionVectors.*OPTIMIZE"):
+        compact_delta_levels(dv, LevelSettings(1 << 27, fanout=2, levels=2))
+    assert len(live_files(DeltaTable(path))) == 3  # nothing changed

@@ -15,7 +15,7 @@ from tests.fixtures.sink_cases import stage_batch
 from inorder.sinks.base import ConsumedOffsets, DuplicateCommitError, SinkError, WrittenFile
 from inorder.sinks.commit_keys import BATCH_ID_KEY, FILES_KEY, OFFSETS_KEY
 from inorder.sinks.delta import DeltaSink
-from inorder.sinks.delta_compaction import compact_delta
+from inorder.sinks.delta_maintenance import compact_delta
 from inorder.storage import fs as sfs
 
 SCHEMA = pa.schema(

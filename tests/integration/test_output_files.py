@@ -35,7 +35,7 @@ def test_files_by_level_and_the_backlog(tmp_path: Path) -> None:
 
 def test_a_delta_tables_files_by_level_and_the_backlog(tmp_path: Path) -> None:
     from inorder.sinks.delta import DeltaSink
-    from inorder.sinks.delta_compaction import compact_delta
+    from inorder.sinks.delta_maintenance import compact_delta
 
     path = str(tmp_path / "table")
     sink = DeltaSink(path, partition_by=["topic"], compaction_fanout=2, compaction_levels=2)

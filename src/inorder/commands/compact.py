@@ -143,7 +143,7 @@ def handle(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, storage: dict[str, str] | None, target: int) -> int:
     from inorder.sinks.compaction import compact_parquet
-    from inorder.sinks.delta_compaction import compact_delta
+    from inorder.sinks.delta_maintenance import compact_delta
 
     fmt = args.format if args.format != "auto" else _detect_format(args.path, storage)
     report: Any

@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -40,12 +40,8 @@ import pyarrow.parquet as pq
 
 from inorder.sinks.base import SinkError
 from inorder.sinks.commit_keys import COMPACT, FILES_KEY, OPERATION_KEY, proof_json
-from inorder.sinks.commit_log import DEFAULT_TARGET_FILE_SIZE
-from inorder.sinks.compaction import DEFAULT_DELTA_RETENTION_HOURS, CompactionReport
+from inorder.sinks.compaction import CompactionReport
 from inorder.sinks.compaction_levels import (
-    DEFAULT_FANOUT,
-    DEFAULT_LEVELS,
-    DEFAULT_MAX_MERGE_BYTES,
     LevelSettings,
     Merge,
     age_due,
@@ -174,6 +170,7 @@ def _pass(
 ) -> set[str]:
     """One planning and its commit; the partitions it merged in."""
     table = target.table()
+    _check_plain(target, table)
     files = live_files(table)
     if not report.groups:
         report.files_before = report.files_after = len(files)
@@ -217,6 +214,24 @@ def _pass(
     # be in the table now, and an unreferenced file is harmless (vacuum removes it).
     report.files_after += len(added) - sum(len(m.files) for m in merges)
     return {file_dir(m.files[0].path) for m in merges}
+
+
+#: Table features whose files this merge cannot rewrite by reading them as plain Parquet.
+UNMERGEABLE_FEATURES = frozenset({"deletionVectors", "columnMapping"})
+
+
+def _check_plain(target: DeltaTarget, table: Any) -> None:
+    """Refuse tables whose files carry deletion vectors or mapped column names: reading
+    their Parquet alone would bring deleted rows back or miss renamed columns."""
+    protocol = table.protocol()
+    features = set(protocol.reader_features or ()) | set(protocol.writer_features or ())
+    used = sorted(features & UNMERGEABLE_FEATURES)
+    if used:
+        raise SinkError(
+            f"{target.describe}: the table uses {', '.join(used)}, which this compaction "
+            "does not rewrite; compact it with the engine's OPTIMIZE (Spark: OPTIMIZE "
+            "<table>) or delta-rs' optimize.compact"
+        )
 
 
 class _NotCommitted(Exception):
@@ -375,82 +390,6 @@ def _commit(
 
 
 @dataclass
-class DeltaCompactionReport:
-    """What ``inorder compact --format delta`` did: merges by the level rule, then vacuum."""
-
-    files_before: int = 0
-    merges: int = 0
-    files_removed: int = 0
-    files_added: int = 0
-    bytes_rewritten: int = 0
-    vacuumed: list[str] = field(default_factory=list)
-    dry_run: bool = False
-
-    def summary(self) -> str:
-        """One line for humans."""
-        if self.dry_run:
-            merged = f"would merge {self.files_removed} of {self.files_before} files"
-            vacuum = "would remove"
-        else:
-            merged = f"merged {self.files_removed} of {self.files_before} files into "
-            merged += str(self.files_added)
-            vacuum = "removed"
-        return (
-            f"{merged} in {self.merges} merges ({self.bytes_rewritten / 1e6:.1f} MB); "
-            f"vacuum {vacuum} {len(self.vacuumed)} obsolete files"
-        )
-
-
-def compact_delta(
-    path: str,
-    storage_options: Mapping[str, str] | None = None,
-    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
-    dry_run: bool = False,
-    retention_hours: int = DEFAULT_DELTA_RETENTION_HOURS,
-    fanout: int = DEFAULT_FANOUT,
-    levels: int = DEFAULT_LEVELS,
-    full: bool = False,
-    max_merge_bytes: int = DEFAULT_MAX_MERGE_BYTES,
-    compression: str = "zstd",
-) -> DeltaCompactionReport:
-    """Merge the table's small files by the level rule (``full``: every non-final file of
-    each partition in the first round), round after round until nothing is due (at most
-    ``levels + 1``), then ``vacuum`` files removed more than ``retention_hours`` ago."""
-    from deltalake import DeltaTable
-
-    location = sfs.resolve(path, storage_options)
-    secrets = (location.s3.secret_access_key,) if location.s3 else ()
-    report = DeltaCompactionReport(dry_run=dry_run)
-    try:
-        table = DeltaTable(location.delta_uri(), storage_options=location.storage_options())
-        columns = list(table.metadata().partition_columns)
-        target = DeltaTarget(location, columns, compression, f"Delta table {path}")
-        settings = LevelSettings(target_file_size, fanout, levels, None, max_merge_bytes)
-        for round_ in range(levels + 1):
-            done = compact_delta_levels(target, settings, dry_run, full and not round_)
-            if not round_:
-                report.files_before = done.files_before
-            removed = sum(len(g) for g in done.groups)
-            report.merges += len(done.groups)
-            report.files_removed += removed
-            if not dry_run:
-                report.files_added += done.files_after - done.files_before + removed
-            report.bytes_rewritten += done.bytes_rewritten
-            if dry_run or not done.groups:
-                break
-        report.vacuumed = list(
-            table.vacuum(
-                retention_hours=retention_hours, dry_run=dry_run, enforce_retention_duration=False
-            )
-        )
-    except SinkError:
-        raise
-    except Exception as exc:
-        raise SinkError(f"{path}: compaction failed: {sfs.describe_error(exc, secrets)}") from None
-    return report
-
-
-@dataclass
 class DeltaCompactor(ParquetCompactor):
     """The Delta sink's merges after its commits: the Parquet sink's rounds (touched
     partitions, sweeps, bounds, the timer, in a driver thread or inline), each round one
@@ -475,11 +414,9 @@ class DeltaCompactor(ParquetCompactor):
 
 
 __all__ = [
-    "DeltaCompactionReport",
     "DeltaCompactor",
     "DeltaFile",
     "DeltaTarget",
-    "compact_delta",
     "compact_delta_levels",
     "live_files",
 ]
