@@ -187,3 +187,27 @@ def test_a_table_with_deletion_vectors_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SinkError, match=r"deletionVectors.*OPTIMIZE"):
         compact_delta_levels(dv, LevelSettings(1 << 27, fanout=2, levels=2))
     assert len(live_files(DeltaTable(path))) == 3  # nothing changed
+
+
+def test_the_compactor_vacuums_with_the_tables_retention(tmp_path: Path) -> None:
+    """Files the merges replaced leave the disk once the table's retention has passed
+    (here none), at most once per ``vacuum_every``."""
+    path = str(tmp_path / "t")
+    sink = DeltaSink(
+        path,
+        compact=True,
+        compact_in_background=False,
+        compaction_fanout=2,
+        table_properties={"delta.deletedFileRetentionDuration": "interval 0 seconds"},
+    )
+    sink.check(SCHEMA)
+    sink.compactor.vacuum_every = 0.0  # type: ignore[attr-defined]
+    commit_batches(sink, 0, 4)
+    on_disk = sorted(n for _, _, names in os.walk(path) for n in names if n.endswith(".parquet"))
+    live = {os.path.basename(f.path) for f in live_files(DeltaTable(path))}
+    assert offsets(path) == list(range(40))
+    # A round vacuums before it merges: what the earlier rounds replaced is gone (batches 0
+    # and 1), what the last round replaced (batches 2 and 3, and their level-1 merges) waits
+    # for the next round.
+    assert not [n for n in on_disk if n.startswith(("part-0000000000", "part-0000000001"))]
+    assert len(set(on_disk) - live) == 4, (on_disk, live)

@@ -59,6 +59,8 @@ from inorder.sinks.parquet_writer import ROW_GROUP_BUFFER_BYTES
 from inorder.sinks.proof import add_digests, format_digest, table_digest
 from inorder.storage import fs as sfs
 
+#: How often the sink's compactor vacuums the table (its first round vacuums too).
+VACUUM_EVERY_SECONDS = 3600.0
 #: Commits tried on newer versions when batches land during a round's commit.
 COMMIT_ATTEMPTS = 5
 
@@ -393,15 +395,25 @@ def _commit(
 class DeltaCompactor(ParquetCompactor):
     """The Delta sink's merges after its commits: the Parquet sink's rounds (touched
     partitions, sweeps, bounds, the timer, in a driver thread or inline), each round one
-    :func:`compact_delta_levels`."""
+    :func:`compact_delta_levels`.
+
+    At most once per ``vacuum_every`` seconds a round also vacuums the table with its own
+    retention (``delta.deletedFileRetentionDuration``, 7 days by default), so the files the
+    merges replaced leave the disk in a stream that runs for weeks, as a Parquet output's
+    leave after their grace period.
+    """
 
     table: DeltaTarget | None = None
+    vacuum_every: float = VACUUM_EVERY_SECONDS
+    _vacuumed_at: float | None = None
 
     def _compact(self, dry_run: bool, partitions: Collection[str] | None) -> CompactionReport:
         assert self.table is not None
         settings = LevelSettings(
             self.target_file_size, self.fanout, self.levels, None, self.max_merge_bytes
         )
+        if not dry_run:
+            self._vacuum()
         return compact_delta_levels(
             self.table,
             settings,
@@ -411,6 +423,15 @@ class DeltaCompactor(ParquetCompactor):
             before_commit=self.guard,
             max_round_merges=None if dry_run else self.max_round_merges,
         )
+
+    def _vacuum(self) -> None:
+        now = self.clock()
+        if self._vacuumed_at is not None and now - self._vacuumed_at < self.vacuum_every:
+            return
+        assert self.table is not None
+        self._vacuumed_at = now
+        # The table's own retention: readers of versions within it keep their files.
+        self.table.table().vacuum(dry_run=False, enforce_retention_duration=True)
 
 
 __all__ = [
