@@ -329,7 +329,7 @@ def make_tables(config: Config, processor: Any) -> TableOutputs | None:
 
 
 def load_pipeline(
-    reference: str, overrides: Mapping[str, Any] | None = None
+    reference: str, overrides: Mapping[str, object] | None = None
 ) -> Pipeline[Any, Any, Any]:
     """A pipeline from a TOML file path or a ``module:attribute`` (a Pipeline or a factory)."""
     if reference.endswith(".toml") or Path(reference).is_file():
@@ -352,7 +352,7 @@ def load_pipeline(
     return made
 
 
-def load_target(reference: str, overrides: Mapping[str, Any] | None = None) -> OpsTarget:
+def load_target(reference: str, overrides: Mapping[str, object] | None = None) -> OpsTarget:
     """The operations tools' view of a pipeline (TOML file or ``module:attribute``), loaded
     as its last run ran it.
 
