@@ -8,6 +8,12 @@ four partitions of a topic stages one file for that topic instead of four; the f
 of a file (open, footer, close, publish at commit, its staging directory) are paid per
 output partition per task, not per topic-partition.
 
+Small batches of encoded rows (under :data:`GATHER_BELOW_ROWS`) are gathered and handed to
+the writer together (at least :data:`COALESCE_ROWS` rows or :data:`COALESCE_BYTES` bytes at
+a time, and at close): a task of hundreds of topic-partitions with a few rows each would
+otherwise pay the writer's per-call work (splitting rows by output partition, deriving the
+topic bucket) once per topic-partition. Larger batches go to the writer as they come.
+
 Exactly-once is unchanged: the writer stages under a key unique to the task attempt, the
 driver commits the reported files once per batch, and a task with a failed partition
 deletes what it staged (the driver fails the batch, which is run again whole).
@@ -23,6 +29,13 @@ import pyarrow as pa
 from inorder.engine.violations import DeadLetter
 from inorder.records import BATCH_ID_FIELD, ORIGIN_FIELDS, TopicPartition
 from inorder.sinks.base import BatchWriter, Sink, WrittenFile
+
+#: Batches of fewer rows are gathered; larger ones go to the writer as they come.
+GATHER_BELOW_ROWS = 1_024
+#: Rows gathered before they are handed to the writer in one call.
+COALESCE_ROWS = 65_536
+#: Arrow bytes gathered before they are handed to the writer in one call.
+COALESCE_BYTES = 32 * 1024 * 1024
 
 #: Schema of dead-letter rows.
 DEAD_LETTER_SCHEMA = pa.schema(
@@ -51,18 +64,52 @@ class TaskOutput:
         self.writer: BatchWriter | None = None
         #: Seconds spent closing the writer (writing the last row groups and footers).
         self.close_seconds = 0.0
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Add encoded rows of any of the task's topic-partitions (the writer opens lazily)."""
+        if batch.num_rows == 0:
+            return
+        if batch.num_rows >= GATHER_BELOW_ROWS:
+            # Large enough to pay the writer's per-call work alone: gathering it would only
+            # copy it. What was gathered goes first, to keep the order rows came in.
+            self._hand_over()
+            self._writer().write(batch)
+            return
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        self._pending_bytes += batch.nbytes
+        if self._pending_rows >= COALESCE_ROWS or self._pending_bytes >= COALESCE_BYTES:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give the gathered rows to the writer in one call, in the order they came."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        self._pending_rows = self._pending_bytes = 0
+        writer = self._writer()
+        if len(pending) == 1:
+            writer.write(pending[0])
+            return
+        combined = pa.Table.from_batches(pending).combine_chunks()
+        for batch in combined.to_batches():
+            writer.write(batch)
+
+    def _writer(self) -> BatchWriter:
         if self.writer is None:
             self.writer = self.sink.open_writer(self.schema, self.batch_id, self.key)
-        self.writer.write(batch)
+        return self.writer
 
     def close(self) -> list[WrittenFile]:
         """Finish the staged files; what the task reports for the driver to commit."""
+        started = time.perf_counter()
+        self._hand_over()
         if self.writer is None:
             return []
-        started = time.perf_counter()
         try:
             return self.writer.close()
         finally:
@@ -71,6 +118,8 @@ class TaskOutput:
 
     def abort(self) -> None:
         """Delete whatever this attempt staged (a partition of the task failed)."""
+        self._pending = []
+        self._pending_rows = self._pending_bytes = 0
         if self.writer is not None:
             self.writer.abort()
             self.writer = None

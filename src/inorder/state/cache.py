@@ -217,8 +217,8 @@ class LocalCache:
         header: dict[str, Any],
         *,
         fresh: bool = False,
-    ) -> None:
-        """Apply changes and set the header, atomically.
+    ) -> int:
+        """Apply changes and set the header, atomically; the number of keys held after.
 
         Removes the timer index entries of replaced or deleted keys (``fresh``: the view is
         known to be empty, skip those reads).
@@ -252,6 +252,7 @@ class LocalCache:
             batch.delete(entry + key.encode())
         batch.put(self._meta, json.dumps({**header, "keys": keys}).encode())
         db.write(batch)
+        return keys
 
 
 def entry_row(entry: KeyEntry, state_bytes: bytes | None) -> Row:

@@ -199,6 +199,8 @@ class PartitionStore:
         self._versions: list[VersionFile] = []
         self._batch_id = -1
         self._attempt = ""
+        #: Keys the cache held after this store's last write to it (``None``: not written).
+        self._keys: int | None = None
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -222,6 +224,7 @@ class PartitionStore:
         """Make the cache hold the state before ``batch_id``; return a view and the meta."""
         started = time.perf_counter()
         self._batch_id = batch_id
+        self._keys = None
         versions = self.checkpoint.versions(self.tp)
         for f in versions:
             # From attempts of this or later batches that never committed: this attempt
@@ -311,7 +314,7 @@ class PartitionStore:
             fresh = False
         attempt = self._versions[-1].attempt if self._versions else ""
         header = {"epoch": self.epoch, "version": current, "meta": meta_json, "attempt": attempt}
-        cache.write([], [], header)
+        self._keys = cache.write([], [], header)
         return PartitionMeta.from_json(meta_json)
 
     def commit(self, changes: dict[str, KeyEntry | None], meta: PartitionMeta) -> None:
@@ -340,7 +343,7 @@ class PartitionStore:
         # The checkpoint is written first: a cache ahead of the checkpoint would be wrong,
         # a cache behind it is merely rebuilt.
         header = {"epoch": self.epoch, "version": version, "meta": meta_json, "attempt": attempt}
-        self._cache.write(upserts, deletes, header)
+        self._keys = self._cache.write(upserts, deletes, header)
         last_snapshot = max((f.version for f in self._versions if f.kind == "snapshot"), default=-1)
         deltas_since = (
             sum(1 for f in self._versions if f.kind == "delta" and f.version > last_snapshot) + 1
@@ -366,6 +369,8 @@ class PartitionStore:
     def key_count(self) -> int:
         """Number of keys held (as counted by the cache)."""
         assert self._cache is not None
+        if self._keys is not None:  # the count the last write left: no header to decode
+            return self._keys
         return int(self._cache.header().get("keys", 0))
 
     def close(self) -> None:

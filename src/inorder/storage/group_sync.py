@@ -41,8 +41,12 @@ def replace_file(path: str, data: bytes, *, sync: bool) -> None:
     directory = os.path.dirname(path)
     tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
     try:
-        os.makedirs(directory, exist_ok=True)
-        with open(tmp, "wb") as out:
+        try:
+            out = open(tmp, "wb")  # noqa: SIM115 - closed below; the directory usually exists
+        except FileNotFoundError:
+            os.makedirs(directory, exist_ok=True)
+            out = open(tmp, "wb")  # noqa: SIM115
+        with out:
             out.write(data)
             if sync:
                 out.flush()
