@@ -112,7 +112,23 @@ def run_once(
     result["batch_files"] = common.median([float(e.get("output_files", 0)) for e in steady])
     result["files"] = _tree_bytes(f"{work}/output")[0]
     result["checkpoint"] = _tree_bytes(f"{work}/checkpoint")[1]
+    result["checkpoint_parts"] = _parts(f"{work}/checkpoint")
+    # The workers' RocksDB caches (TMPDIR is the run's directory: the default cache_dir).
+    result["cache"] = _tree_bytes(f"{work}/inorder-state-cache")[1]
     return result
+
+
+def _parts(checkpoint: str) -> dict[str, tuple[int, int]]:
+    """Files and bytes per top-level entry of the checkpoint (``state/``, ``spark/``, ...)."""
+    parts: dict[str, tuple[int, int]] = {}
+    for entry in sorted(Path(checkpoint).rglob("*")):
+        if entry.is_file():
+            rel = entry.relative_to(checkpoint).parts
+            # One level deeper under the engine's directory: state, batches, history, ...
+            name = "/".join(rel[:2]) if rel[0] == "engine" and len(rel) > 2 else rel[0]
+            files, size = parts.get(name, (0, 0))
+            parts[name] = (files + 1, size + entry.stat().st_size)
+    return parts
 
 
 def _run_retrying(kind: str, tree: Path, **kwargs: Any) -> dict[str, Any]:
@@ -134,7 +150,9 @@ def _line(n: int, r: dict[str, Any]) -> str:
         f"{r['steady_rate']:>8,.0f} rec/s  {r['batch_s']:.2f} s/batch  wall {r['wall']:.1f} s "
         f"cpu {r['cpu']:.1f} s  [{phases}] opens {r['opens']}  files {r['batch_files']:.0f} per "
         f"batch, {r['files']} in all  "
-        f"checkpoint {r['checkpoint'] / 1e6:.1f} MB  load {r['load']:.1f}"
+        f"checkpoint {r['checkpoint'] / 1e6:.1f} MB  load {r['load']:.1f}  cache "
+        f"{r['cache'] / 1e6:.1f} MB; checkpoint parts (files, MB): "
+        + ", ".join(f"{k} {f} {b / 1e6:.2f}" for k, (f, b) in r["checkpoint_parts"].items())
     )
 
 

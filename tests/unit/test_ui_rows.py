@@ -214,6 +214,11 @@ def test_history_file_is_kept_and_bounded(tmp_path: Path) -> None:
     assert json.loads(path.read_text().splitlines()[0])["batch_id"] > 0
     # In memory too (an object-store checkpoint keeps no file).
     assert [line["batch_id"] for line in history.recent][-1] == 19
+    # In memory only the newest line keeps its lag per partition (the one the page reads);
+    # the file keeps every line's.
+    lags = [line["lag_by_partition"] for line in history.recent]
+    assert lags == [None] * 19 + [{"site-a[0]": 19}]
+    assert found[18]["lag_by_partition"] == {"site-a[0]": 18}
 
 
 def test_rendered_values_are_escaped() -> None:
