@@ -77,6 +77,22 @@ def test_count_rule_at_every_level_and_several_merges_per_level() -> None:
     ]
 
 
+def test_count_rule_counts_commits_not_files() -> None:
+    # Two tasks: every batch writes two files to the partition, at one commit time.
+    two_per_batch = [
+        F(0, 4000, 1000.0 + 5.0 * b, name=f"b{b}-t{t}") for b in range(10) for t in range(2)
+    ]
+    merges = plan_partition(two_per_batch, now=1050.0, settings=settings())
+    # The files of the oldest 9 batches (18 files), not the oldest 9 files (4.5 batches):
+    # a level spans the same time whatever the number of tasks.
+    assert [(m.rule, m.level, len(m.files)) for m in merges] == [("count", 1, 18)]
+    assert {f.name for f in merges[0].files} == {f"b{b}-t{t}" for b in range(9) for t in range(2)}
+    assert plan_partition(two_per_batch[:16], now=1040.0, settings=settings()) == []
+    # Files of unknown age each count as a commit of their own.
+    unknown = [F(0, 4000, None, name=f"u{i}") for i in range(9)]
+    assert [len(m.files) for m in plan_partition(unknown, 1050.0, settings())] == [9]
+
+
 def test_age_rule_merges_a_quiet_level_once_its_oldest_file_is_older_than_its_window() -> None:
     s = settings(trigger=5.0)  # windows: 45 s, 405 s, 3645 s
     assert (s.window(0), s.window(1), s.window(2)) == (45.0, 405.0, 3645.0)

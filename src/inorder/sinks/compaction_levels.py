@@ -5,7 +5,9 @@ writes level ``i + 1``. Per output partition, with fan-in ``k`` (``fanout``) and
 ``L`` (``levels``):
 
 1. **merge by count**: while the partition holds ``k`` non-final files of level ``i``, the
-   oldest ``k`` of them become one merge writing level ``i + 1``;
+   oldest ``k`` of them become one merge writing level ``i + 1``. At level 0 the files of one
+   commit count once: a batch of ``t`` tasks writes ``t`` files to a partition, and a
+   level's span of time must not shrink with ``t``;
 2. **merge by age**: when the oldest non-final file of level ``i`` left after that is older
    than ``W_i = trigger x k^(i+1)`` and at least 2 are left, they are merged anyway, so a
    quiet partition converges to few files instead of waiting forever for ``k``;
@@ -17,7 +19,8 @@ writes level ``i + 1``. Per output partition, with fan-in ``k`` (``fanout``) and
 
 Each merge moves every row it touches up one level and level ``L`` is final, so a row is
 rewritten at most ``L`` times, and a partition keeps at most ``L x (k - 1)`` non-final
-files once the plan is applied (repeatedly: a merge's output may complete the next level).
+files (counting a batch's level-0 files once) once the plan is applied (repeatedly: a
+merge's output may complete the next level).
 
 Planning is pure: a function of the live files (level, size, commit time), the time now and
 the settings, so every compactor (the sink after a commit, ``inorder compact``) plans the
@@ -170,6 +173,22 @@ def _bounded(files: Sequence[F], limit: int) -> list[tuple[F, ...]]:
     return [tuple(run) for run in runs]
 
 
+def _units(files: Sequence[F], level: int) -> list[list[F]]:
+    """What the count rule counts among ``files`` (oldest first) of ``level``: at level 0 the
+    files of one commit (one per task of a batch) count once; merged files count each (one
+    compaction commit may write several merges' outputs, which are not one unit); a file of
+    unknown age counts on its own."""
+    if level > 0:
+        return [[f] for f in files]
+    runs: list[list[F]] = []
+    for f in files:
+        if runs and f.committed_at is not None and runs[-1][0].committed_at == f.committed_at:
+            runs[-1].append(f)
+        else:
+            runs.append([f])
+    return runs
+
+
 def plan_partition(files: Sequence[F], now: float, settings: LevelSettings) -> list[Merge[F]]:
     """The merges of one partition's live files (in commit-log order) at time ``now``."""
     by_level: dict[int, list[F]] = {}
@@ -181,11 +200,14 @@ def plan_partition(files: Sequence[F], now: float, settings: LevelSettings) -> l
     limit = settings.max_merge_bytes
     for level in sorted(by_level):
         waiting = _oldest_first(by_level[level])
-        while len(waiting) >= k:
-            runs = _bounded(waiting[:k], limit)
+        units = _units(waiting, level)
+        while len(units) >= k:
+            taken = [f for unit in units[:k] for f in unit]
+            runs = _bounded(taken, limit)
             left = runs.pop() if len(runs[-1]) < 2 else ()
             merges.extend(Merge(run, level + 1, "count") for run in runs)
-            waiting = [*left, *waiting[k:]]
+            waiting = [*left, *(f for unit in units[k:] for f in unit)]
+            units = _units(waiting, level)
         if len(waiting) >= 2 and _is_old(waiting[0], settings.window(level), now):
             for run in _bounded(waiting, limit):
                 if len(run) >= 2:
