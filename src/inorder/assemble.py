@@ -228,7 +228,7 @@ def make_source(spec: Mapping[str, Any]) -> KafkaSource:
     return source
 
 
-def build_pipeline(config: Config) -> Pipeline[Any, Any, Any]:
+def build_pipeline(config: Config) -> Pipeline[object, object, object]:
     """Turn a validated configuration into a :class:`~inorder.pipeline.pipeline.Pipeline`."""
 
     pipeline = config["pipeline"]
@@ -330,7 +330,7 @@ def make_tables(config: Config, processor: Any) -> TableOutputs | None:
 
 def load_pipeline(
     reference: str, overrides: Mapping[str, object] | None = None
-) -> Pipeline[Any, Any, Any]:
+) -> Pipeline[object, object, object]:
     """A pipeline from a TOML file path or a ``module:attribute`` (a Pipeline or a factory)."""
     if reference.endswith(".toml") or Path(reference).is_file():
         config = load_toml(reference)
