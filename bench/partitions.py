@@ -102,6 +102,11 @@ def run_once(
     _steady(result, run.series, [(at, int(e["records"])) for at, e in batches])
     steady = [e for _, e in batches[1:]] or [e for _, e in batches]
     result["batch_s"] = common.median([float(e["duration_seconds"]) for e in steady])
+    # Per batch: its seconds and the tasks' state commit (snapshots land in some batches).
+    result["series"] = [
+        (int(e["batch_id"]), float(e["duration_seconds"]), e.get("seconds", {}).get("state", 0.0))
+        for _, e in batches
+    ]
     for phase in PHASES:
         result[phase] = common.median([float(e.get("seconds", {}).get(phase, 0.0)) for e in steady])
     opens: dict[str, int] = {}
@@ -153,6 +158,8 @@ def _line(n: int, r: dict[str, Any]) -> str:
         f"checkpoint {r['checkpoint'] / 1e6:.1f} MB  load {r['load']:.1f}  cache "
         f"{r['cache'] / 1e6:.1f} MB; checkpoint parts (files, MB): "
         + ", ".join(f"{k} {f} {b / 1e6:.2f}" for k, (f, b) in r["checkpoint_parts"].items())
+        + "; slow batches (id: s, state s): "
+        + ", ".join(f"{b}: {d:.2f}, {st:.2f}" for b, d, st in r["series"] if d > 1.5 * r["batch_s"])
     )
 
 

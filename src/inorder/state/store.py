@@ -17,8 +17,9 @@ Batch ``B`` of a topic-partition:
 2. The engine reads keys through :class:`CacheView` (only touched keys become Python objects).
 3. :meth:`PartitionStore.commit` writes the delta of ``B`` (changed keys: upserts with the
    state's codec bytes and timer, deletes as tombstones) atomically to the checkpoint, then
-   every ``snapshot_interval`` versions a full snapshot, then moves the cache to ``B`` and
-   deletes versions older than the last snapshot minus ``retain_versions``.
+   every ``snapshot_interval`` versions (the first a little sooner: :func:`snapshot_after`)
+   a full snapshot, then moves the cache to ``B`` and deletes versions older than the last
+   snapshot minus ``retain_versions``.
 
 Writing ``B`` again (a re-run after a crash) writes a file of its own attempt.
 """
@@ -29,6 +30,7 @@ import hashlib
 import os
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +53,9 @@ from inorder.state.registry import REGISTRY, HeldCache
 class StateOptions:
     """Tuning of the state store.
 
-    ``snapshot_interval``: write a full snapshot after this many deltas. ``retain_versions``:
+    ``snapshot_interval``: write a full snapshot after this many deltas (a partition's first
+    one after a stable number between half of it and all of it, so that partitions do not
+    all write theirs in the same batch: :func:`snapshot_after`). ``retain_versions``:
     keep this many versions before the newest snapshot (for rollback tools). ``cache_dir``:
     where worker caches live (default: ``$TMPDIR/inorder-state-cache``). ``keep_open``: how
     many cache databases a worker process keeps open between batches, one per checkpoint it
@@ -160,6 +164,20 @@ def _table_of_rows(
     ]
     schema = STATE_FILE_SCHEMA.with_metadata({META_KEY: json.dumps(meta).encode()})
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def snapshot_after(tp: TopicPartition, interval: int) -> int:
+    """How many deltas ``tp`` writes before its first snapshot: ``interval`` less a stable
+    share of up to half of it, by partition (later snapshots follow every ``interval``).
+
+    Partitions that started together would otherwise all write their snapshots, and delete
+    their old versions, in the same batch: measured at 1,200 topic-partitions, every 20th
+    batch took twice the median. With phases of their own they spread over the batches.
+    """
+    spread = interval // 2
+    if spread < 2:
+        return interval
+    return interval - zlib.crc32(f"{tp.topic}\0{tp.partition}".encode()) % spread
 
 
 def cache_base(checkpoint_root: str, options: StateOptions) -> str:
@@ -348,7 +366,10 @@ class PartitionStore:
         deltas_since = (
             sum(1 for f in self._versions if f.kind == "delta" and f.version > last_snapshot) + 1
         )
-        if deltas_since >= self.options.snapshot_interval:
+        interval = self.options.snapshot_interval
+        if last_snapshot < 0:  # the first one sets the partition's phase (then every interval)
+            interval = snapshot_after(self.tp, interval)
+        if deltas_since >= interval:
             self._snapshot(version, file_meta_doc)
             self._cleanup(version)
         self.stats.commit_seconds = time.perf_counter() - started
