@@ -333,8 +333,9 @@ def test_compaction_merges_small_files_without_loss(
 
 
 def test_sink_option_compacts_after_each_commit_by_level(tmp_path: Path) -> None:
-    """Fan-in 2, 2 levels: each batch's 2 files merge into level 1, two level-1 files into a
-    final level-2 file; levels survive a commit checkpoint and `verify` stays exact."""
+    """Fan-in 2, 2 levels: two batches' files (2 each: a batch's files count once) merge into
+    level 1, two level-1 files into a final level-2 file; levels survive a commit checkpoint
+    and `verify` stays exact."""
     from inorder.ops.verify_parquet import collect_parquet
 
     path = str(tmp_path / "auto")
@@ -353,7 +354,7 @@ def test_sink_option_compacts_after_each_commit_by_level(tmp_path: Path) -> None
         consumed = [ConsumedOffsets("in", 0, b * 200, b * 200 + 199)]
         sink.commit_consumed(b, stage(sink, b, 200), consumed)
         levels.append(sorted(f.level for f in committed_files(path)))
-    assert levels == [[1], [2], [1, 2], [2, 2]]
+    assert levels == [[0, 0], [1], [0, 0, 1], [2]]
     assert load_state(sfs.resolve(path)).checkpoint == 2
     files = committed_files(path)
     assert all(f.committed_at is not None and f.digest is not None for f in files)
@@ -388,22 +389,23 @@ def test_background_compaction_never_holds_a_commit_up(tmp_path: Path) -> None:
 
     sink.guard_background(gate)
     sink.check(SCHEMA)
-    sink.commit(0, stage(sink, 0, 200))
+    for b in range(2):  # two batches: a merge is due (a batch's two files count once)
+        sink.commit(b, stage(sink, b, 200))
     assert at_commit_point.wait(120), "the compactor thread never reached a merge's commit"
-    for b in range(1, 4):  # while the merge waits: each commit returns, its rows readable
+    for b in range(2, 4):  # while the merge waits: each commit returns, its rows readable
         sink.commit(b, stage(sink, b, 200))
         assert read_committed(path).num_rows == (b + 1) * 200
     assert {f.level for f in committed_files(path)} == {0}  # nothing merged yet
     release.set()
     assert sink.finish_background() is None
     assert sorted(read_committed(path).column("offset").to_pylist()) == list(range(800))
-    assert sorted(f.level for f in committed_files(path)) == [2, 2]
+    assert sorted(f.level for f in committed_files(path)) == [2]
     assert collect_parquet(sink, None).problems == []
     # The same sink in a later run (a notebook running a pipeline again) compacts again.
     for b in range(4, 6):
         sink.commit(b, stage(sink, b, 200))
     assert sink.finish_background() is None
-    assert sorted(f.level for f in committed_files(path)) == [2, 2, 2]
+    assert sorted(f.level for f in committed_files(path)) == [1, 2]
 
     fenced = str(tmp_path / "fenced")
     other = ParquetSink(fenced, compact=True, compaction_fanout=2, compaction_levels=2)
