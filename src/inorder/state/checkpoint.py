@@ -48,6 +48,7 @@ from inorder.storage.fs import (
     Location,
     delete_quietly,
     list_files,
+    list_names,
     read_bytes,
     read_bytes_if_exists,
     resolve,
@@ -350,24 +351,12 @@ class CheckpointStore:
         """All delta and snapshot files of ``tp``, by version (delta before snapshot)."""
         found: list[VersionFile] = []
         directory = self.partition_dir(tp)
-        for name, path in self._names_in(directory):
+        for name, path in list_names(self.location, directory):
             file = parse_version_file(name, path)
             if file is not None:
                 found.append(file)
         found.sort(key=lambda f: (f.version, f.kind != "delta"))
         return found
-
-    def _names_in(self, directory: str) -> list[tuple[str, str]]:
-        """(name, path) of the files in ``directory`` (none when it does not exist)."""
-        if self.location.is_s3:
-            return [(i.base_name, i.path) for i in list_files(self.location, directory)]
-        # Names only: a listing through the filesystem layer stats every file, and this
-        # runs for every topic-partition of every batch.
-        try:
-            with os.scandir(directory) as entries:
-                return [(e.name, e.path) for e in entries if e.is_file()]
-        except (FileNotFoundError, NotADirectoryError):
-            return []
 
     def file_path(self, tp: TopicPartition, version: int, kind: str, attempt: str = "") -> str:
         """Where version ``version`` of kind ``kind`` written by ``attempt`` lives (written

@@ -250,6 +250,21 @@ def list_files(location: Location, directory: str, recursive: bool = False) -> l
     ]
 
 
+def list_names(location: Location, directory: str) -> list[tuple[str, str]]:
+    """``(name, path)`` of the files in ``directory`` (empty when it does not exist).
+
+    Locally names only: :func:`list_files` stats every file, which callers that list a
+    directory per topic-partition and batch need not pay.
+    """
+    if location.is_s3:
+        return [(i.base_name, i.path) for i in list_files(location, directory)]
+    try:
+        with os.scandir(directory) as entries:
+            return [(e.name, e.path) for e in entries if e.is_file()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 def delete_quietly(location: Location, path: str) -> None:
     """Delete a file if it exists (on S3 a missing key is fine, a missing bucket is not)."""
     if location.s3 is not None:
@@ -289,6 +304,7 @@ __all__ = [
     "describe_error",
     "exists",
     "list_files",
+    "list_names",
     "move",
     "put_if_absent",
     "read_bytes",
