@@ -17,7 +17,7 @@ Batch ``B`` of a topic-partition:
 2. The engine reads keys through :class:`CacheView` (only touched keys become Python objects).
 3. :meth:`PartitionStore.commit` writes the delta of ``B`` (changed keys: upserts with the
    state's codec bytes and timer, deletes as tombstones) atomically to the checkpoint, then
-   every ``snapshot_interval`` versions (the first a little sooner: :func:`snapshot_after`)
+   every ``snapshot_interval`` versions (the first a little later: :func:`snapshot_after`)
    a full snapshot, then moves the cache to ``B`` and deletes versions older than the last
    snapshot minus ``retain_versions``.
 
@@ -54,14 +54,15 @@ class StateOptions:
     """Tuning of the state store.
 
     ``snapshot_interval``: write a full snapshot after this many deltas (a partition's first
-    one after a stable number between half of it and all of it, so that partitions do not
-    all write theirs in the same batch: :func:`snapshot_after`). ``retain_versions``:
-    keep this many versions before the newest snapshot (for rollback tools). ``cache_dir``:
-    where worker caches live (default: ``$TMPDIR/inorder-state-cache``). ``keep_open``: how
-    many cache databases a worker process keeps open between batches, one per checkpoint it
-    serves, each holding all its topic-partitions (least recently used closed first; 0
-    closes the database after each task, so every task opens it again; fewer when the
-    process's open file limit would not allow that many, see :mod:`inorder.state.registry`).
+    one after a stable number between all of it and one and a half times it, so that
+    partitions do not all write theirs in the same batch: :func:`snapshot_after`).
+    ``retain_versions``: keep this many versions before the newest snapshot (for rollback
+    tools). ``cache_dir``: where worker caches live (default:
+    ``$TMPDIR/inorder-state-cache``). ``keep_open``: how many cache databases a worker
+    process keeps open between batches, one per checkpoint it serves, each holding all its
+    topic-partitions (least recently used closed first; 0 closes the database after each
+    task, so every task opens it again; fewer when the process's open file limit would not
+    allow that many, see :mod:`inorder.state.registry`).
     """
 
     snapshot_interval: int = 20
@@ -167,17 +168,20 @@ def _table_of_rows(
 
 
 def snapshot_after(tp: TopicPartition, interval: int) -> int:
-    """How many deltas ``tp`` writes before its first snapshot: ``interval`` less a stable
+    """How many deltas ``tp`` writes before its first snapshot: ``interval`` plus a stable
     share of up to half of it, by partition (later snapshots follow every ``interval``).
 
     Partitions that started together would otherwise all write their snapshots, and delete
     their old versions, in the same batch: measured at 1,200 topic-partitions, every 20th
     batch took twice the median. With phases of their own they spread over the batches.
+    Later, not sooner: the versions before a partition's first snapshot are the ones ops
+    tools can rebuild from its first delta, and no partition loses any of them earlier
+    than a whole interval in.
     """
     spread = interval // 2
     if spread < 2:
         return interval
-    return interval - zlib.crc32(f"{tp.topic}\0{tp.partition}".encode()) % spread
+    return interval + zlib.crc32(f"{tp.topic}\0{tp.partition}".encode()) % spread
 
 
 def cache_base(checkpoint_root: str, options: StateOptions) -> str:
