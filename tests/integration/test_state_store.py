@@ -14,7 +14,7 @@ from inorder.records import TopicPartition
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.codec import StateCodec
 from inorder.state.entry import KeyEntry, PartitionMeta
-from inorder.state.store import PartitionStore, StateOptions
+from inorder.state.store import PartitionStore, StateOptions, commit_partitions
 
 TP = TopicPartition("orders", 3)
 CODEC = StateCodec(Tally)
@@ -479,3 +479,57 @@ def test_failed_load_forgets_the_view_not_the_database(
     found, _, store = h.state(2)
     assert not store.stats.reused_handle and not store.stats.opened_db
     assert store.stats.caught_up == 1 and set(found) == {"a", "b"}
+
+
+def test_partitions_committed_together_read_back_as_committed_alone(tmp_path: Path) -> None:
+    """A task commits its partitions' deltas together (one table, a slice per file): each
+    file holds exactly its partition's rows and metadata, read back through the cache and
+    through a rebuild from the files alone."""
+    checkpoint = CheckpointStore(str(tmp_path / "ckpt"))
+    options = StateOptions(snapshot_interval=2, retain_versions=2, cache_dir=str(tmp_path / "c"))
+    tps = [TopicPartition(f"site-{i}", i % 2) for i in range(5)]
+    changes: list[dict[str, KeyEntry | None]] = [
+        {"a": entry(1), "b": entry(2, timer=7)},
+        {},  # a partition whose batch changed no key still writes its (empty) delta
+        {"a": None, "c": entry(3)},
+        {"d": entry(4, timer=9, kind=1)},
+        {"a": entry(5), "b": None, "c": None, "d": entry(6)},
+    ]
+    for batch_id in range(3):
+        stores = [PartitionStore(checkpoint, tp, CODEC, "epoch-1", options) for tp in tps]
+        opened = [store.open(batch_id) for store in stores]
+        commit_partitions(
+            [
+                (store, changes[(i + batch_id) % 5], PartitionMeta(100 * batch_id + i, None))
+                for i, (store, _) in enumerate(zip(stores, opened, strict=True))
+            ]
+        )
+        for store in stores:
+            store.close()
+
+    def seen(store: PartitionStore) -> tuple[dict[str, Any], int | None]:
+        view, meta = store.open(3)
+        loaded = {}
+        for key in "abcd":
+            e = view.load(key)
+            if e is not None:
+                loaded[key] = (e.state, e.last_offset, e.timer, e.timer_kind)
+        store.close()
+        return loaded, meta.last_offset
+
+    expected = []
+    for i, tp in enumerate(tps):
+        alone = Harness(str(tmp_path / f"alone-{i}"), tmp_path / f"alone-cache-{i}", 2, 2)
+        for batch_id in range(3):
+            with PartitionStore(alone.checkpoint, TP, CODEC, "epoch-1", alone.options) as store:
+                store.open(batch_id)
+                store.commit(changes[(i + batch_id) % 5], PartitionMeta(100 * batch_id + i, None))
+        with PartitionStore(alone.checkpoint, TP, CODEC, "epoch-1", alone.options) as store:
+            expected.append(seen(store))
+        together = PartitionStore(checkpoint, tp, CODEC, "epoch-1", options)
+        assert seen(together) == expected[i] and expected[i][1] == 200 + i
+    shutil.rmtree(tmp_path / "c")  # from the files alone
+    for i, tp in enumerate(tps):
+        store = PartitionStore(checkpoint, tp, CODEC, "epoch-1", options)
+        assert seen(store) == expected[i]
+        assert not store.stats.cache_hit

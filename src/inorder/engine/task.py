@@ -38,7 +38,12 @@ from inorder.sinks.base import Sink, WrittenFile
 from inorder.spark.worker_heap import freeze_worker_heap
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.entry import PartitionMeta, StateView
-from inorder.state.store import PartitionStore, StateOptions, close_task_slot
+from inorder.state.store import (
+    PartitionStore,
+    StateOptions,
+    close_task_slot,
+    commit_partitions,
+)
 
 #: Rows buffered before they are encoded and handed to the sink writer.
 _FLUSH_ROWS = 65_536
@@ -138,6 +143,7 @@ class _PartitionWork:
         self.store, self.applier = open_applier(spec, tp, tp, state_codec, slot=slot)
         self.output_rows = 0
         self.failed: ViolationEvent | None = None
+        self.dead_letter_files: list[WrittenFile] = []
         self.timings: dict[str, float] = {"load": time.perf_counter() - started, "write": 0.0}
 
     def flush(self, force: bool = False) -> None:
@@ -184,21 +190,22 @@ class _PartitionWork:
         self.failed = failed
         return failed
 
+    def stage_dead_letters(self) -> None:
+        """Stage the partition's dead letters (none when it failed)."""
+        applier, spec = self.applier, self.spec
+        if self.failed is None and applier.dead_letters and spec.dead_letter_sink is not None:
+            key = f"{self.tp.topic}-{self.tp.partition}-{self.output.key}"
+            self.dead_letter_files = write_dead_letters(
+                spec.dead_letter_sink, spec.batch_id, self.tp, key, applier.dead_letters
+            )
+
     def finish(self, files: list[WrittenFile]) -> TaskResult:
-        """Stage dead letters, write the state delta; the partition's result, reporting
+        """The partition's result (its state committed by :func:`finish_task`), reporting
         ``files`` (the task's staged output files, given to one of its partitions)."""
-        spec = self.spec
         applier = self.applier
-        dl_files: list[WrittenFile] = []
+        dl_files = self.dead_letter_files
         if self.failed is None:
-            if applier.dead_letters and spec.dead_letter_sink is not None:
-                key = f"{self.tp.topic}-{self.tp.partition}-{self.output.key}"
-                dl_files = write_dead_letters(
-                    spec.dead_letter_sink, spec.batch_id, self.tp, key, applier.dead_letters
-                )
-            started = time.perf_counter()
-            self.store.commit(applier.changes(), applier.meta)
-            self.timings["state"] = time.perf_counter() - started
+            self.timings["state"] = self.store.stats.commit_seconds
         state_keys = self.store.key_count()
         self.timings["store_load"] = self.store.stats.load_seconds
         self.timings["cache_hit"] = float(self.store.stats.cache_hit)
@@ -213,7 +220,8 @@ class _PartitionWork:
 
 
 def finish_task(parts: list[_PartitionWork], output: TaskOutput) -> list[TaskResult]:
-    """Drain every partition, close the task's output once, then write each state delta.
+    """Drain every partition, close the task's output once, then commit the state deltas of
+    the partitions that did not fail, together (:func:`~inorder.state.store.commit_partitions`).
 
     The files of the whole task are reported by its first partition's result (the driver
     commits the files of all results together). A failed partition fails the batch on the
@@ -228,6 +236,10 @@ def finish_task(parts: list[_PartitionWork], output: TaskOutput) -> list[TaskRes
         writers = [p for p in parts if p.output_rows] or parts[:1]
         for p in writers:  # the footers' and last row groups' time, shared by the writers
             p.timings["write"] += output.close_seconds / len(writers)
+    committing = [p for p in parts if p.failed is None]
+    for p in committing:
+        p.stage_dead_letters()
+    commit_partitions([(p.store, p.applier.changes(), p.applier.meta) for p in committing])
     return [p.finish(files if i == 0 else []) for i, p in enumerate(parts)]
 
 

@@ -27,6 +27,7 @@ Writing ``B`` again (a re-run after a crash) writes a file of its own attempt.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 import time
@@ -142,29 +143,31 @@ def _rows_of_table(table: pa.Table) -> tuple[list[tuple[str, Row]], list[str]]:
 def _table_of_rows(
     upserts: list[tuple[str, Row]], deletes: list[str], meta: dict[str, Any]
 ) -> pa.Table:
-    keys = [k for k, _ in upserts] + deletes
-    n_up = len(upserts)
-    pad: list[Any] = [None] * len(deletes)
+    """A state file's table: ``upserts`` then tombstones of ``deletes``, ``meta`` in its
+    schema's metadata."""
+    table = _table_of_segments([(upserts, deletes)])
+    return table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
 
-    def col(i: int) -> list[Any]:
-        return [r[i] for _, r in upserts] + pad
 
-    import json
-
-    arrays = [
-        pa.array(keys, pa.string()),
-        pa.array([False] * n_up + [True] * len(deletes), pa.bool_()),
-        pa.array(col(0), pa.binary()),
-        pa.array(col(1), pa.int64()),
-        pa.array(col(2), pa.int64()),
-        pa.array(col(3), pa.binary()),
-        pa.array(col(4), pa.int64()),
-        pa.array(col(5), pa.int64()),
-        pa.array(col(6), pa.int8()),
-        pa.array(col(7), pa.bool_()),
-    ]
-    schema = STATE_FILE_SCHEMA.with_metadata({META_KEY: json.dumps(meta).encode()})
-    return pa.Table.from_arrays(arrays, schema=schema)
+def _table_of_segments(segments: list[tuple[list[tuple[str, Row]], list[str]]]) -> pa.Table:
+    """The rows of several state files in one table, without metadata: each segment's
+    upserts, then its tombstones, segment after segment."""
+    keys: list[str] = []
+    deleted: list[bool] = []
+    columns: list[list[Any]] = [[] for _ in range(8)]
+    for upserts, deletes in segments:
+        keys += [k for k, _ in upserts]
+        keys += deletes
+        deleted += [False] * len(upserts)
+        deleted += [True] * len(deletes)
+        pad: list[Any] = [None] * len(deletes)
+        for i, column in enumerate(columns):
+            column += [r[i] for _, r in upserts]
+            column += pad
+    types = [f.type for f in STATE_FILE_SCHEMA][2:]
+    arrays = [pa.array(keys, pa.string()), pa.array(deleted, pa.bool_())]
+    arrays += [pa.array(c, t) for c, t in zip(columns, types, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=STATE_FILE_SCHEMA)
 
 
 def snapshot_after(tp: TopicPartition, interval: int) -> int:
@@ -341,8 +344,12 @@ class PartitionStore:
 
     def commit(self, changes: dict[str, KeyEntry | None], meta: PartitionMeta) -> None:
         """Write the delta of this batch (and maybe a snapshot), then move the cache to it."""
-        started = time.perf_counter()
-        assert self._cache is not None, "open() first"
+        commit_partitions([(self, changes, meta)])
+
+    def _delta_rows(
+        self, changes: dict[str, KeyEntry | None]
+    ) -> tuple[list[tuple[str, Row]], list[str]]:
+        """This batch's changed keys as stored rows (state encoded) and deleted keys."""
         encode = self.state_codec.encode
         upserts: list[tuple[str, Row]] = []
         deletes: list[str] = []
@@ -353,17 +360,26 @@ class PartitionStore:
             else:
                 state = None if entry.state is None else encode(entry.state)
                 upserts.append((key, entry_row(entry, state)))
+        return upserts, deletes
+
+    def _write_delta(
+        self,
+        table: pa.Table,
+        upserts: list[tuple[str, Row]],
+        deletes: list[str],
+        file_meta_doc: dict[str, Any],
+    ) -> None:
+        """Write this batch's delta ``table`` (its rows ``upserts`` and ``deletes``), move the
+        cache to it, and write a snapshot when one is due."""
+        assert self._cache is not None, "open() first"
         version = self._batch_id
-        meta_json = meta.to_json()
-        file_meta_doc = {"version": version, "epoch": self.epoch, "meta": meta_json}
-        table = _table_of_rows(upserts, deletes, file_meta_doc)
-        self.stats.changed_keys = len(changes)
         self._attempt = attempt = os.urandom(6).hex()
         self.stats.delta_bytes = self.checkpoint.write_table(
             self.tp, version, "delta", table, attempt
         )
         # The checkpoint is written first: a cache ahead of the checkpoint would be wrong,
         # a cache behind it is merely rebuilt.
+        meta_json = file_meta_doc["meta"]
         header = {"epoch": self.epoch, "version": version, "meta": meta_json, "attempt": attempt}
         self._keys = self._cache.write(upserts, deletes, header)
         last_snapshot = max((f.version for f in self._versions if f.kind == "snapshot"), default=-1)
@@ -376,7 +392,6 @@ class PartitionStore:
         if deltas_since >= interval:
             self._snapshot(version, file_meta_doc)
             self._cleanup(version)
-        self.stats.commit_seconds = time.perf_counter() - started
 
     def _snapshot(self, version: int, meta_doc: dict[str, Any]) -> None:
         assert self._cache is not None
@@ -421,3 +436,36 @@ class PartitionStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def commit_partitions(
+    commits: list[tuple[PartitionStore, dict[str, KeyEntry | None], PartitionMeta]],
+) -> None:
+    """Commit this batch's changes of several open partitions (of one task): each writes
+    its delta file, moves its cache and maybe writes a snapshot, as :meth:`PartitionStore.commit`.
+
+    The rows of all the deltas become one Arrow table and each file a slice of it: building
+    a table costs ~100 us whatever its rows (ten arrays), which at thousands of partitions
+    per task, a few keys each, was a fifth of the state commit.
+    """
+    started = time.perf_counter()
+    parts: list[tuple[PartitionStore, list[tuple[str, Row]], list[str], dict[str, Any]]] = []
+    segments: list[tuple[list[tuple[str, Row]], list[str]]] = []
+    for store, changes, meta in commits:
+        upserts, deletes = store._delta_rows(changes)
+        store.stats.changed_keys = len(changes)
+        doc = {"version": store._batch_id, "epoch": store.epoch, "meta": meta.to_json()}
+        parts.append((store, upserts, deletes, doc))
+        segments.append((upserts, deletes))
+    table = _table_of_segments(segments)
+    shared = (time.perf_counter() - started) / max(len(parts), 1)
+    offset = 0
+    for store, upserts, deletes, doc in parts:
+        own = time.perf_counter()
+        rows = len(upserts) + len(deletes)
+        piece = table.slice(offset, rows).replace_schema_metadata(
+            {META_KEY: json.dumps(doc).encode()}
+        )
+        offset += rows
+        store._write_delta(piece, upserts, deletes, doc)
+        store.stats.commit_seconds = shared + time.perf_counter() - own
