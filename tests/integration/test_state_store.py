@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from tests.property.procs import Tally
 
+import inorder.state.store as store_module
 from inorder.records import TopicPartition
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.codec import StateCodec
@@ -481,10 +482,14 @@ def test_failed_load_forgets_the_view_not_the_database(
     assert store.stats.caught_up == 1 and set(found) == {"a", "b"}
 
 
-def test_partitions_committed_together_read_back_as_committed_alone(tmp_path: Path) -> None:
-    """A task commits its partitions' deltas together (one table, a slice per file): each
-    file holds exactly its partition's rows and metadata, read back through the cache and
-    through a rebuild from the files alone."""
+@pytest.mark.parametrize("table_rows", [16_384, 2])
+def test_partitions_committed_together_read_back_as_committed_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table_rows: int
+) -> None:
+    """A task commits its partitions' deltas together (one table, a slice per file; several
+    tables when the rows exceed a table's): each file holds exactly its partition's rows and
+    metadata, read back through the cache and through a rebuild from the files alone."""
+    monkeypatch.setattr(store_module, "TABLE_ROWS", table_rows)
     checkpoint = CheckpointStore(str(tmp_path / "ckpt"))
     options = StateOptions(snapshot_interval=2, retain_versions=2, cache_dir=str(tmp_path / "c"))
     tps = [TopicPartition(f"site-{i}", i % 2) for i in range(5)]

@@ -239,7 +239,7 @@ def finish_task(parts: list[_PartitionWork], output: TaskOutput) -> list[TaskRes
     committing = [p for p in parts if p.failed is None]
     for p in committing:
         p.stage_dead_letters()
-    commit_partitions([(p.store, p.applier.changes(), p.applier.meta) for p in committing])
+    commit_partitions((p.store, p.applier.changes(), p.applier.meta) for p in committing)
     return [p.finish(files if i == 0 else []) for i, p in enumerate(parts)]
 
 

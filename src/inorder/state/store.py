@@ -32,6 +32,7 @@ import os
 import tempfile
 import time
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -438,16 +439,38 @@ class PartitionStore:
         self.close()
 
 
+#: Rows of deltas built into one table at a time: enough to gather thousands of small deltas,
+#: few enough that a task's large deltas are not all held in memory at once.
+TABLE_ROWS = 16_384
+
+
 def commit_partitions(
-    commits: list[tuple[PartitionStore, dict[str, KeyEntry | None], PartitionMeta]],
+    commits: Iterable[tuple[PartitionStore, dict[str, KeyEntry | None], PartitionMeta]],
 ) -> None:
     """Commit this batch's changes of several open partitions (of one task): each writes
     its delta file, moves its cache and maybe writes a snapshot, as :meth:`PartitionStore.commit`.
 
-    The rows of all the deltas become one Arrow table and each file a slice of it: building
-    a table costs ~100 us whatever its rows (ten arrays), which at thousands of partitions
-    per task, a few keys each, was a fifth of the state commit.
+    The rows of consecutive deltas, up to about :data:`TABLE_ROWS`, become one Arrow table and
+    each file a slice of it: building a table costs ~100 us whatever its rows (ten arrays),
+    which at thousands of partitions per task, a few keys each, was a fifth of the state
+    commit. ``commits`` is consumed as it goes, a table's worth at a time.
     """
+    chunk: list[tuple[PartitionStore, dict[str, KeyEntry | None], PartitionMeta]] = []
+    rows = 0
+    for commit in commits:
+        chunk.append(commit)
+        rows += len(commit[1])
+        if rows >= TABLE_ROWS:
+            _commit_together(chunk)
+            chunk, rows = [], 0
+    if chunk:
+        _commit_together(chunk)
+
+
+def _commit_together(
+    commits: list[tuple[PartitionStore, dict[str, KeyEntry | None], PartitionMeta]],
+) -> None:
+    """Commit ``commits`` with their deltas built as one table (:func:`commit_partitions`)."""
     started = time.perf_counter()
     parts: list[tuple[PartitionStore, list[tuple[str, Row]], list[str], dict[str, Any]]] = []
     segments: list[tuple[list[tuple[str, Row]], list[str]]] = []
