@@ -29,7 +29,7 @@ from inorder.pipeline.runner import PipelineRunner
 from inorder.records import TopicPartition
 from inorder.sinks.base import ConsumedOffsets, SinkError, WrittenFile
 from inorder.sinks.iceberg import IcebergSink
-from inorder.sinks.iceberg_compaction import compact_iceberg
+from inorder.sinks.iceberg_compaction import compact_iceberg, tiered_files
 from inorder.sinks.iceberg_history import (
     BATCH_ID_KEY,
     OFFSETS_KEY,
@@ -256,6 +256,15 @@ def test_iceberg_compaction_by_the_level_rule(tmp_path: Path) -> None:
     names = sorted(t.file.file_path.rsplit("/", 1)[-1][:12] for t in table.scan().plan_files())
     assert names == ["compacted-l1", "compacted-l2"]
     assert [s.kind for s in snapshot_history(table)][-3:] == ["batch", "compact", "compact"]
+    # A merged file is as old as its oldest input (its name says when that was committed),
+    # not as young as its merge: the level-2 file holds batch 0's rows, the level-1 file
+    # batches 9-11.
+    batch_times = sorted(s.timestamp_ms / 1000 for s in table.snapshots())[:12]
+    aged = {
+        t.level: t.committed_at
+        for t in tiered_files(table, [task.file for task in table.scan().plan_files()])
+    }
+    assert aged == {2: batch_times[0], 1: batch_times[9]}, (aged, batch_times)
     assert all_rows(sink) == before
     assert compact_iceberg(sink, 64 * 1024 * 1024, fanout=3, levels=2).groups == 0
     with pytest.raises(SinkError, match="compaction_fanout"):

@@ -4,9 +4,11 @@
 
 1. plan from the current snapshot by the level rule of the Parquet sink
    (:mod:`inorder.sinks.compaction_levels`): Iceberg data files carry no free-form tags,
-   so a file's level is in its name (``compacted-l<level>-<uuid>.parquet``; any other name
-   is level 0), and its commit time is that of the snapshot that added it (for a merged
-   file, its merge: younger than its rows, so the age rule waits a little longer);
+   so a file's level is in its name (``compacted-l<level>-t<ms>-<uuid>.parquet``; any other
+   name is level 0), and so is a merged file's commit time: that of its oldest input, in
+   milliseconds, so that the age rule sees its rows' age (merged files named before it
+   was, ``compacted-l<level>-<uuid>.parquet``, take the snapshot that added them, their
+   merge's); a batch's file takes the snapshot that added it;
 2. each merge is read with the table's current schema (a column added later reads as null)
    and written as Parquet files beside its inputs, split at ``target_file_size``; Iceberg
    readers read only the files a snapshot names, so nothing is visible yet;
@@ -30,6 +32,7 @@ procedures (Spark ``CALL system.rewrite_data_files``) handle those.
 from __future__ import annotations
 
 import math
+import re
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
@@ -143,9 +146,28 @@ def tiered_files(table: Table, files: Sequence[DataFile]) -> list[TieredFile]:
     except Exception:  # an inspection pyiceberg cannot do: files count as of unknown age
         added = {}
     return [
-        TieredFile(f, file_level(f.file_path), f.file_size_in_bytes, added.get(f.file_path))
+        TieredFile(
+            f,
+            file_level(f.file_path),
+            f.file_size_in_bytes,
+            _first_known(merged_at(f.file_path), added.get(f.file_path)),
+        )
         for f in sorted(files, key=lambda f: f.file_path)  # part-<batch>-...: batch order
     ]
+
+
+def _first_known(*times: float | None) -> float | None:
+    return next((t for t in times if t is not None), None)
+
+
+_MERGED_AT = re.compile(r"^compacted-l\d+-t(\d+)-")
+
+
+def merged_at(path: str) -> float | None:
+    """The commit time of a merged file's oldest input, from its name (``None`` for other
+    files and for merged files named before it was)."""
+    match = _MERGED_AT.match(path.rsplit("/", 1)[-1])
+    return int(match.group(1)) / 1000 if match else None
 
 
 def plan_iceberg_merges(
@@ -299,8 +321,10 @@ def _write(
 ) -> str:
     """One merged file of ``rows``, written by row groups; its relative path."""
     loc = sink.location
-    # The level is in the name: Iceberg data files carry no free-form tags.
-    rel = f"{directory}/compacted-l{merge.level}-{uuid.uuid4().hex}.parquet"
+    # The level and the oldest input's commit time are in the name: Iceberg data files
+    # carry no free-form tags.
+    at = "" if merge.committed_at is None else f"t{round(merge.committed_at * 1000)}-"
+    rel = f"{directory}/compacted-l{merge.level}-{at}{uuid.uuid4().hex}.parquet"
     try:
         with pq.ParquetWriter(
             loc.join(rel), schema, filesystem=loc.filesystem, compression=sink.compression
