@@ -117,6 +117,31 @@ def test_a_kafka_source_naming_an_archive_never_reads_kafka_alone() -> None:
         TieredSource.of(_kafka())
 
 
+def test_markers_among_records_and_tombstones_found_at_any_batch_size() -> None:
+    """Small batches are tested row by row, large ones in Arrow: both find the same markers,
+    and a tombstone (null value, Kafka's timestamp type) is never one."""
+    tps = [TopicPartition("a", p) for p in range(3)]
+    markers = markers_batch([(tp, 10 * i, 10 * i + 4) for i, tp in enumerate(tps)]).to_pylist()
+    record = {**markers[0], "key": b"k", "value": b"v", "timestampType": 0, "headers": None}
+    tombstone = {**record, "key": None, "value": None}
+    keyed_tombstone = {**record, "value": None}
+    rows = [record, markers[0], tombstone, record, markers[1], keyed_tombstone, record] * 2
+    rows.append(markers[2])
+    schema = markers_batch([]).schema
+    whole = pa.RecordBatch.from_pylist(rows, schema=schema)
+    found = marker_rows(whole)
+    assert found == [(1, 0, 4), (4, 10, 14), (8, 0, 4), (11, 10, 14), (14, 20, 24)]
+    for size in (1, 2, 3, 5, 8, 9):
+        pieces = [
+            (start + i, s, e)
+            for start in range(0, len(rows), size)
+            for i, s, e in marker_rows(whole.slice(start, size))
+        ]
+        assert pieces == found, size
+    records_only = pa.RecordBatch.from_pylist([record, tombstone, keyed_tombstone], schema=schema)
+    assert marker_rows(records_only) == [] and marker_rows(whole.slice(0, 1)) == []
+
+
 def test_every_reader_and_writer_of_marker_rows_agrees() -> None:
     a, b = TopicPartition("a", 0), TopicPartition("b", 3)
     assert decode_range(encode_range(5, 9)) == (5, 9)
