@@ -519,6 +519,8 @@ def test_partitions_committed_together_read_back_as_committed_alone(
             e = view.load(key)
             if e is not None:
                 loaded[key] = (e.state, e.last_offset, e.timer, e.timer_kind)
+        # The count kept beside the keys (carried from the open into each commit) is exact.
+        assert store.key_count() == len(loaded), (store.tp, loaded)
         store.close()
         return loaded, meta.last_offset
 

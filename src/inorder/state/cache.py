@@ -217,11 +217,13 @@ class LocalCache:
         header: dict[str, Any],
         *,
         fresh: bool = False,
+        keys_before: int | None = None,
     ) -> int:
         """Apply changes and set the header, atomically; the number of keys held after.
 
         Removes the timer index entries of replaced or deleted keys (``fresh``: the view is
-        known to be empty, skip those reads).
+        known to be empty, skip those reads). ``keys_before``: the number of keys the view
+        holds now, when the caller knows it (else it is read from the header).
         """
         from rocksdict import WriteBatch
 
@@ -229,7 +231,12 @@ class LocalCache:
         entry = self._entry
         prefix = self._prefix
         batch = WriteBatch(raw_mode=True)
-        keys = 0 if fresh else int(self.header().get("keys", 0))
+        if fresh:
+            keys = 0
+        elif keys_before is not None:
+            keys = keys_before
+        else:
+            keys = int(self.header().get("keys", 0))
         if fresh:
             keys += len(upserts)
         else:

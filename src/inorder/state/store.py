@@ -272,6 +272,7 @@ class PartitionStore:
             same_epoch = header.get("epoch") == self.epoch
             if same_epoch and have == current and header.get("attempt", "") == attempt:
                 self.stats.cache_hit = True
+                self._keys = int(header.get("keys", 0))
                 meta = PartitionMeta.from_json(header.get("meta") or {})
             elif (
                 same_epoch
@@ -382,7 +383,7 @@ class PartitionStore:
         # a cache behind it is merely rebuilt.
         meta_json = file_meta_doc["meta"]
         header = {"epoch": self.epoch, "version": version, "meta": meta_json, "attempt": attempt}
-        self._keys = self._cache.write(upserts, deletes, header)
+        self._keys = self._cache.write(upserts, deletes, header, keys_before=self._keys)
         last_snapshot = max((f.version for f in self._versions if f.kind == "snapshot"), default=-1)
         deltas_since = (
             sum(1 for f in self._versions if f.kind == "delta" and f.version > last_snapshot) + 1
