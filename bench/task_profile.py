@@ -41,19 +41,12 @@ from inorder.dev.sim_config import SimulationConfig  # noqa: E402
 from inorder.dev.sim_model import SiteModel  # noqa: E402
 from inorder.engine.partition import PartitionBackend  # noqa: E402
 from inorder.engine.task import run_task  # noqa: E402
+from inorder.kafka.consumer import SOURCE_ARROW_SCHEMA  # noqa: E402
 from inorder.pipeline.config import validate  # noqa: E402
 
-INPUT = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us")),
-        ("timestampType", pa.int32()),
-        ("headers_json", pa.string()),
-    ]
+#: The engine's input columns (``INPUT_EXPRS``): the source's, with the headers as JSON text.
+INPUT = SOURCE_ARROW_SCHEMA.remove(SOURCE_ARROW_SCHEMA.get_field_index("headers")).append(
+    pa.field("headers_json", pa.string())
 )
 
 
@@ -93,7 +86,8 @@ def batch_input(
                     pa.array([partition] * n, pa.int32()),
                     pa.array(range(start, start + n), pa.int64()),
                     pa.array(
-                        [1_731_000_000_000_000 + start + i for i in range(n)], pa.timestamp("us")
+                        [1_731_000_000_000_000 + start + i for i in range(n)],
+                        INPUT.field("timestamp").type,
                     ),
                     pa.array([0] * n, pa.int32()),
                     pa.nulls(n, pa.string()),
