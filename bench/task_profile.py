@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import shutil
 import sys
 import tempfile
 import time
@@ -113,6 +114,16 @@ def main() -> None:
     args = parser.parse_args()
     by_tp = records(args.partitions, args.records, args.batches)
     work = Path(tempfile.mkdtemp(prefix="inorder-task-profile-"))
+    try:
+        profile_task(args, by_tp, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def profile_task(
+    args: argparse.Namespace, by_tp: dict[tuple[str, int], list[Any]], work: Path
+) -> None:
+    """Run the batches in ``work`` and print the task's CPU and profile."""
     pipeline = build_pipeline(
         validate(
             {
