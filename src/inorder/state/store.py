@@ -146,7 +146,11 @@ def _table_of_rows(
 ) -> pa.Table:
     """A state file's table: ``upserts`` then tombstones of ``deletes``, ``meta`` in its
     schema's metadata."""
-    table = _table_of_segments([(upserts, deletes)])
+    return _with_meta(_table_of_segments([(upserts, deletes)]), meta)
+
+
+def _with_meta(table: pa.Table, meta: dict[str, Any]) -> pa.Table:
+    """``table`` with ``meta`` as its state file metadata."""
     return table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
 
 
@@ -474,22 +478,17 @@ def _commit_together(
     """Commit ``commits`` with their deltas built as one table (:func:`commit_partitions`)."""
     started = time.perf_counter()
     parts: list[tuple[PartitionStore, list[tuple[str, Row]], list[str], dict[str, Any]]] = []
-    segments: list[tuple[list[tuple[str, Row]], list[str]]] = []
     for store, changes, meta in commits:
-        upserts, deletes = store._delta_rows(changes)
         store.stats.changed_keys = len(changes)
         doc = {"version": store._batch_id, "epoch": store.epoch, "meta": meta.to_json()}
-        parts.append((store, upserts, deletes, doc))
-        segments.append((upserts, deletes))
-    table = _table_of_segments(segments)
+        parts.append((store, *store._delta_rows(changes), doc))
+    table = _table_of_segments([(upserts, deletes) for _, upserts, deletes, _ in parts])
     shared = (time.perf_counter() - started) / max(len(parts), 1)
     offset = 0
     for store, upserts, deletes, doc in parts:
         own = time.perf_counter()
         rows = len(upserts) + len(deletes)
-        piece = table.slice(offset, rows).replace_schema_metadata(
-            {META_KEY: json.dumps(doc).encode()}
-        )
+        piece = _with_meta(table.slice(offset, rows), doc)
         offset += rows
         store._write_delta(piece, upserts, deletes, doc)
         store.stats.commit_seconds = shared + time.perf_counter() - own
