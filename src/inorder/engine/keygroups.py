@@ -25,7 +25,7 @@ import pyarrow as pa
 from inorder.codecs.base import DecodeError
 from inorder.ddl import arrow_ddl
 from inorder.engine.context import EngineContext, to_micros
-from inorder.engine.task import TaskSpec
+from inorder.engine.task_spec import TaskSpec
 from inorder.kafka.markers import is_marker_json
 from inorder.records import TopicPartition
 

@@ -35,7 +35,8 @@ from inorder.engine.batch_report import BatchReport
 from inorder.engine.keygroups import ROUTED_DDL, RouteSpec, route_task
 from inorder.engine.partition import PartitionBackend
 from inorder.engine.results import TaskResult, merge_results, result_of
-from inorder.engine.task import INPUT_EXPRS, TaskSpec
+from inorder.engine.task import INPUT_EXPRS
+from inorder.engine.task_spec import TaskSpec
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.processor import Processor

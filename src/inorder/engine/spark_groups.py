@@ -45,13 +45,10 @@ from inorder.engine.apply import OrderedApplier
 from inorder.engine.context import EVENT_TIME, PROCESSING_TIME, delta_micros
 from inorder.engine.keygroups import streaming_batch_id
 from inorder.engine.results import RESULT_SCHEMA, TaskResult, failure_result, result_row
-from inorder.engine.task import (
-    TaskSpec,
-    _headers_of_json,
-    new_applier,
-    task_result,
-)
+from inorder.engine.task import _headers_of_json
 from inorder.engine.task_output import write_dead_letters
+from inorder.engine.task_partition import new_applier, task_result
+from inorder.engine.task_spec import TaskSpec
 from inorder.engine.violations import PROCESSOR_ERROR, ViolationEvent
 from inorder.records import TopicPartition
 from inorder.sinks.base import BatchWriter, WrittenFile

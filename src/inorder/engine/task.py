@@ -12,265 +12,31 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from inorder.codecs.base import Codec
-from inorder.engine.apply import OrderedApplier
 from inorder.engine.beacon import ProgressBeacon
-from inorder.engine.results import RESULT_SCHEMA, ResultFile, TaskResult, result_row
-from inorder.engine.task_output import TaskOutput, write_dead_letters
-from inorder.engine.violations import ViolationEvent
-from inorder.integrity import Integrity
+from inorder.engine.results import RESULT_SCHEMA, result_row
+from inorder.engine.task_output import TaskOutput
+from inorder.engine.task_partition import PartitionWork, finish_task
+from inorder.engine.task_spec import TaskSpec
 from inorder.kafka.consumer import read_ranges_records
 from inorder.kafka.markers import marker_rows
 from inorder.kafka.options import SourceOptions
-from inorder.processor import Processor
 from inorder.records import RecordTuple, TopicPartition
-from inorder.sinks.base import Sink, WrittenFile
 from inorder.spark.worker_heap import freeze_worker_heap
-from inorder.state.checkpoint import CheckpointStore
-from inorder.state.entry import PartitionMeta, StateView
-from inorder.state.store import (
-    PartitionStore,
-    StateOptions,
-    close_task_slot,
-    commit_partitions,
-)
+from inorder.state.store import close_task_slot
 
-#: Rows buffered before they are encoded and handed to the sink writer.
-_FLUSH_ROWS = 65_536
+__all__ = ["INPUT_EXPRS", "TaskSpec", "read_waves", "run_task"]
+
 #: A task whose first input batch names at least this many topic-partitions (a range group)
 #: caches their state in a task slot of its own (:mod:`inorder.state.registry`): one database
 #: open when the group moves to another process, instead of catching each partition up.
 TASK_SLOT_MIN_PARTITIONS = 8
-
-
-@dataclass(slots=True)
-class TaskSpec:
-    """Everything a task needs; pickled once per batch and sent to executors."""
-
-    processor: Processor[Any, Any, Any]
-    codec: Codec[Any]
-    integrity: Integrity
-    checkpoint: CheckpointStore
-    sink: Sink
-    output_schema: pa.Schema
-    out_type: Any
-    state_type: Any
-    epoch: str
-    batch_id: int
-    processing_us: int
-    dead_letter_sink: Sink | None = None
-    state_options: StateOptions = field(default_factory=StateOptions)
-    max_events: int = 100
-    #: Set when the source only plans (``inorder.rangesOnly``): each marker row's range is
-    #: read from Kafka here, by the task that applies it.
-    source_options: SourceOptions | None = None
-    #: The driver's :class:`~inorder.pipeline.live_progress.LiveProgress` address: where the
-    #: task reports records applied while it runs (``None``: nowhere).
-    progress_to: tuple[str, int] | None = None
-
-
-def open_applier(
-    spec: TaskSpec,
-    tp: TopicPartition,
-    store_tp: TopicPartition,
-    state_codec: Any,
-    external_watermark: bool = False,
-    slot: str | None = None,
-) -> tuple[PartitionStore, OrderedApplier]:
-    """Open the state of ``store_tp`` as of the batch before ``spec.batch_id`` and an applier
-    for the records of ``tp`` over it (the same store for the partition backend; a key
-    group's own store for the spark backend), cached in the task slot ``slot`` if given."""
-    store = PartitionStore(
-        spec.checkpoint, store_tp, state_codec, spec.epoch, spec.state_options, slot
-    )
-    view, meta = store.open(spec.batch_id)
-    return store, new_applier(spec, tp, view, meta, state_codec, external_watermark)
-
-
-def new_applier(
-    spec: TaskSpec,
-    tp: TopicPartition,
-    view: StateView,
-    meta: PartitionMeta,
-    state_codec: Any,
-    external_watermark: bool = False,
-) -> OrderedApplier:
-    """The applier of ``tp`` for ``spec``'s batch over ``view`` (state copied by its codec)."""
-    return OrderedApplier(
-        spec.processor,
-        spec.codec,
-        spec.integrity,
-        view,
-        tp.topic,
-        tp.partition,
-        spec.batch_id,
-        spec.processing_us,
-        meta,
-        max_events=spec.max_events,
-        copy_state=state_codec.copy,
-        external_watermark=external_watermark,
-    )
-
-
-class _PartitionWork:
-    """One topic-partition inside a task: its store and applier; its rows go to the task's
-    shared :class:`~inorder.engine.task_output.TaskOutput`."""
-
-    def __init__(
-        self,
-        spec: TaskSpec,
-        tp: TopicPartition,
-        encoder: Any,
-        state_codec: Any,
-        output: TaskOutput,
-        slot: str | None = None,
-    ) -> None:
-        self.spec = spec
-        self.tp = tp
-        self.encoder = encoder
-        self.output = output
-        started = time.perf_counter()
-        self.store, self.applier = open_applier(spec, tp, tp, state_codec, slot=slot)
-        self.output_rows = 0
-        self.failed: ViolationEvent | None = None
-        self.dead_letter_files: list[WrittenFile] = []
-        self.timings: dict[str, float] = {"load": time.perf_counter() - started, "write": 0.0}
-
-    def flush(self, force: bool = False) -> None:
-        """Encode buffered rows and hand them to the task's output."""
-        applier = self.applier
-        if applier.failed is not None or not applier.rows:
-            return
-        if not force and len(applier.rows) < _FLUSH_ROWS:
-            return
-        started = time.perf_counter()
-        spec = self.spec
-        batch = self.encoder.encode_with_origin(
-            applier.rows, self.tp.topic, self.tp.partition, applier.row_offsets, spec.batch_id
-        )
-        self.output.write(batch)
-        self.output_rows += batch.num_rows
-        applier.rows.clear()
-        applier.row_offsets.clear()
-        self.timings["write"] += time.perf_counter() - started
-
-    def drain(self) -> ViolationEvent | None:
-        """Fire timers and hand the last rows to the output; the event that stopped the
-        partition, if any (also kept in :attr:`failed`)."""
-        applier = self.applier
-        started = time.perf_counter()
-        applier.finish()
-        self.timings["apply"] = self.timings.get("apply", 0.0) + time.perf_counter() - started
-        failed = applier.failed
-        if failed is None:
-            try:
-                self.flush(force=True)
-            except Exception as exc:  # an output row that does not fit the schema is a bug
-                from inorder.engine.violations import PROCESSOR_ERROR
-
-                failed = ViolationEvent(
-                    self.tp.topic,
-                    self.tp.partition,
-                    applier.meta.last_offset,
-                    None,
-                    PROCESSOR_ERROR,
-                    f"output row does not fit the output schema: {exc}",
-                    "fail",
-                )
-        self.failed = failed
-        return failed
-
-    def stage_dead_letters(self) -> None:
-        """Stage the partition's dead letters (none when it failed)."""
-        applier, spec = self.applier, self.spec
-        if self.failed is None and applier.dead_letters and spec.dead_letter_sink is not None:
-            key = f"{self.tp.topic}-{self.tp.partition}-{self.output.key}"
-            self.dead_letter_files = write_dead_letters(
-                spec.dead_letter_sink, spec.batch_id, self.tp, key, applier.dead_letters
-            )
-
-    def finish(self, files: list[WrittenFile]) -> TaskResult:
-        """The partition's result (its state committed by :func:`finish_task`), reporting
-        ``files`` (the task's staged output files, given to one of its partitions)."""
-        applier = self.applier
-        dl_files = self.dead_letter_files
-        if self.failed is None:
-            self.timings["state"] = self.store.stats.commit_seconds
-        state_keys = self.store.key_count()
-        self.timings["store_load"] = self.store.stats.load_seconds
-        self.timings["cache_hit"] = float(self.store.stats.cache_hit)
-        self.timings["cache_reused"] = float(self.store.stats.reused_handle)
-        self.timings["cache_opened"] = float(self.store.stats.opened_db)
-        self.timings["caught_up"] = float(self.store.stats.caught_up)
-        self.store.close()
-        return task_result(
-            self.tp, applier, self.output_rows, files, dl_files, state_keys, self.timings,
-            self.failed,
-        )  # fmt: skip
-
-
-def finish_task(parts: list[_PartitionWork], output: TaskOutput) -> list[TaskResult]:
-    """Drain every partition, close the task's output once, then commit the state deltas of
-    the partitions that did not fail, together (:func:`~inorder.state.store.commit_partitions`).
-
-    The files of the whole task are reported by its first partition's result (the driver
-    commits the files of all results together). A failed partition fails the batch on the
-    driver, so then nothing of the task's output is kept: it is deleted here at once.
-    """
-    failed = [p for p in parts if p.drain() is not None]
-    if failed:
-        output.abort()
-        files: list[WrittenFile] = []
-    else:
-        files = output.close()
-        writers = [p for p in parts if p.output_rows] or parts[:1]
-        for p in writers:  # the footers' and last row groups' time, shared by the writers
-            p.timings["write"] += output.close_seconds / len(writers)
-    committing = [p for p in parts if p.failed is None]
-    for p in committing:
-        p.stage_dead_letters()
-    commit_partitions((p.store, p.applier.changes(), p.applier.meta) for p in committing)
-    return [p.finish(files if i == 0 else []) for i, p in enumerate(parts)]
-
-
-def task_result(
-    tp: TopicPartition,
-    applier: OrderedApplier,
-    output_rows: int,
-    files: list[WrittenFile],
-    dead_letter_files: list[WrittenFile],
-    state_keys: int,
-    timings: dict[str, float],
-    failed: ViolationEvent | None,
-) -> TaskResult:
-    """The small result a task returns to the driver."""
-    return TaskResult(
-        topic=tp.topic,
-        partition=tp.partition,
-        first_offset=applier.first_offset,
-        last_offset=applier.meta.last_offset,
-        records=applier.counters["records"],
-        output_rows=output_rows,
-        files=[ResultFile.of(f) for f in files],
-        dead_letter_files=[ResultFile.of(f) for f in dead_letter_files],
-        state_keys=state_keys,
-        violations=list(applier.violations),
-        violation_counts=dict(applier.violation_counts),
-        counters={**applier.counters, "dead_letters": len(applier.dead_letters)},
-        timings=dict(timings),
-        failed=failed,
-        worker=f"{socket.gethostname()}:{os.getpid()}",
-    )
 
 
 #: The projection the driver applies before ``mapInArrow``. Spark converts an
@@ -320,7 +86,7 @@ def _markers(batch: pa.RecordBatch) -> list[tuple[int, int, int]]:
 
 
 def _read_and_apply(
-    work: dict[TopicPartition, _PartitionWork],
+    work: dict[TopicPartition, PartitionWork],
     options: SourceOptions,
     ranges: list[tuple[TopicPartition, int, int]],
     beacon: ProgressBeacon,
@@ -350,7 +116,7 @@ def read_waves(
 
 
 def _read_wave(
-    work: dict[TopicPartition, _PartitionWork],
+    work: dict[TopicPartition, PartitionWork],
     options: SourceOptions,
     ranges: list[tuple[TopicPartition, int, int]],
     beacon: ProgressBeacon,
@@ -437,7 +203,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     encoder = RowEncoder(spec.out_type)
     state_codec = StateCodec(spec.state_type)
     output = TaskOutput(spec.sink, spec.output_schema, spec.batch_id)
-    work: dict[TopicPartition, _PartitionWork] = {}
+    work: dict[TopicPartition, PartitionWork] = {}
     beacon = ProgressBeacon(spec.progress_to, spec.batch_id)
     reads = spec.source_options  # set: the task reads the planned ranges from Kafka itself
     to_read: list[tuple[TopicPartition, int, int]] = []
@@ -457,7 +223,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         for tp, run in runs:
             part = work.get(tp)
             if part is None:
-                part = work[tp] = _PartitionWork(spec, tp, encoder, state_codec, output, slot)
+                part = work[tp] = PartitionWork(spec, tp, encoder, state_codec, output, slot)
             if waited:
                 part.timings["input_wait"] = part.timings.get("input_wait", 0.0) + waited
                 waited = 0.0

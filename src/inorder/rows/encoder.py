@@ -199,13 +199,38 @@ class RowEncoder(Generic[T]):
         ``offsets`` holds the Kafka offset of the record that produced each row (one per row);
         ``topic``, ``partition`` and ``batch_id`` are the same for all rows.
         """
+        return self.encode_runs(rows, [(topic, partition, len(rows))], offsets, batch_id)
+
+    def encode_runs(
+        self,
+        rows: Sequence[T],
+        runs: Sequence[tuple[str, int, int]],
+        offsets: Sequence[int],
+        batch_id: int,
+    ) -> pa.RecordBatch:
+        """Rows of several topic-partitions as one record batch with :attr:`output_schema`.
+
+        ``runs`` holds ``(topic, partition, count)`` of consecutive rows, in the order of
+        ``rows``; ``offsets`` the Kafka offset of the record that produced each row.
+        """
         n = len(rows)
-        if len(offsets) != n:
-            raise ValueError(f"encode_with_origin: {n} rows but {len(offsets)} offsets")
+        if len(offsets) != n or sum(count for _, _, count in runs) != n:
+            raise ValueError(
+                f"encode_runs: {n} rows but {len(offsets)} offsets and "
+                f"{sum(count for _, _, count in runs)} rows in runs"
+            )
         columns = self.encode_columns(rows)
+        if len(runs) == 1:
+            topic, partition, _ = runs[0]
+            topics = pa.repeat(pa.scalar(topic, pa.string()), n)
+            partitions = pa.repeat(pa.scalar(partition, pa.int32()), n)
+        else:
+            index = pa.array([i for i, (_, _, count) in enumerate(runs) for _ in range(count)])
+            topics = pa.array([t for t, _, _ in runs], pa.string()).take(index)
+            partitions = pa.array([p for _, p, _ in runs], pa.int32()).take(index)
         arrays = [
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            topics,
+            partitions,
             pa.array(offsets, type=pa.int64()),
             *columns.values(),
             pa.repeat(pa.scalar(batch_id, pa.int64()), n),
