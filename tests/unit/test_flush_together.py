@@ -68,11 +68,13 @@ def _staged(root: Path, output: TaskOutput) -> list[tuple[str, int, int, str, in
     return [(t, o, b, s, c) for t, o, b, s, c in out]
 
 
-@pytest.mark.parametrize("gather_rows", [16_384, 7])
+@pytest.mark.parametrize(("gather_rows", "alone_from"), [(16_384, 1_024), (7, 5)])
 def test_gathered_rows_equal_rows_flushed_one_partition_at_a_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gather_rows: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gather_rows: int, alone_from: int
 ) -> None:
+    # Small bounds: chunks of a few partitions, and the partition of 9 rows encoded alone.
     monkeypatch.setattr(task_partition, "GATHER_ROWS", gather_rows)
+    monkeypatch.setattr(task_partition, "GATHER_BELOW_ROWS", alone_from)
     shapes = [3] * 40 + [0, 9, 1] + [2] * 10  # one partition with many rows, one with none
     together, encoder = _output(tmp_path / "together")
     alone, _ = _output(tmp_path / "alone")

@@ -78,6 +78,11 @@ class TaskOutput:
             self._hand_over()
             self._writer().write(batch)
             return
+        self.gather(batch)
+
+    def gather(self, batch: pa.RecordBatch) -> None:
+        """Add encoded rows to those handed to the writer together, whatever their number
+        (the task's partitions' last rows encoded together come this way)."""
         self._pending.append(batch)
         self._pending_rows += batch.num_rows
         self._pending_bytes += batch.nbytes

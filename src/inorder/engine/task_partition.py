@@ -15,7 +15,7 @@ from typing import Any
 
 from inorder.engine.apply import OrderedApplier
 from inorder.engine.results import ResultFile, TaskResult
-from inorder.engine.task_output import TaskOutput, write_dead_letters
+from inorder.engine.task_output import GATHER_BELOW_ROWS, TaskOutput, write_dead_letters
 from inorder.engine.task_spec import TaskSpec
 from inorder.engine.violations import ViolationEvent
 from inorder.records import TopicPartition
@@ -233,14 +233,15 @@ def task_result(
 
 
 #: Rows of several partitions encoded into one batch at most: enough to gather hundreds of
-#: partitions' few rows, few enough that a task's large outputs are not copied together.
+#: partitions' few rows, few enough that a batch stays small beside the output's own bounds.
 GATHER_ROWS = 16_384
 
 
 def flush_together(parts: list[PartitionWork]) -> None:
     """Hand every partition's last rows to the task's output, in the order of ``parts``:
-    runs of partitions with few rows are encoded as one batch (:meth:`RowEncoder.encode_runs`),
-    a partition with many alone.
+    runs of partitions with fewer than :data:`GATHER_BELOW_ROWS` rows are encoded as one
+    batch (:meth:`RowEncoder.encode_runs`) and gathered by the output as their batches were
+    one by one; a partition with more rows is encoded alone and goes to the writer at once.
 
     When a gathered batch does not encode (a row that does not fit the output schema), its
     partitions are encoded one by one, so the partition and row at fault are named and only
@@ -252,7 +253,7 @@ def flush_together(parts: list[PartitionWork]) -> None:
         if p.failed is not None or not p.applier.rows:
             continue
         n = len(p.applier.rows)
-        if n >= GATHER_ROWS:
+        if n >= GATHER_BELOW_ROWS:
             _flush_gathered(gathered)
             gathered, rows = [], 0
             p.flush_last()
@@ -286,7 +287,7 @@ def _flush_gathered(parts: list[PartitionWork]) -> None:
             p.flush_last()
         return
     try:
-        first.output.write(batch)
+        first.output.gather(batch)
     except Exception as exc:  # not retried per partition: part of it may have been written
         for p in parts:
             p.fail_output(exc)
