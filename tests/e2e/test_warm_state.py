@@ -39,7 +39,12 @@ def test_each_batch_finds_its_state_caches_open(kafka: Any, tmp_path: Path) -> N
     done = run_to_the_end(toml, "--progress", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    opens = [e["state_opens"] for e in events if e["event"] == "batch" and e["records"]]
+    # Every batch has its progress line, once and in order, whether it was read from
+    # Spark's last progress or its recent ones (several batches waiting).
+    lines = [e for e in events if e["event"] == "batch"]
+    assert [e["batch_id"] for e in lines] == list(range(len(lines))), lines
+    assert sum(e["records"] for e in lines) == result.records
+    opens = [e["state_opens"] for e in lines if e["records"]]
     assert len(opens) >= 5, opens
     found = ("current", "caught_up", "rebuilt")
     assert all(sum(f[k] for k in found) == 6 for f in opens), opens  # 6 partitions a batch

@@ -26,6 +26,7 @@ Writing ``B`` again (a re-run after a crash) writes a file of its own attempt.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -192,6 +193,7 @@ def snapshot_after(tp: TopicPartition, interval: int) -> int:
     return interval + zlib.crc32(f"{tp.topic}\0{tp.partition}".encode()) % spread
 
 
+@functools.lru_cache(maxsize=64)  # asked per partition and batch: a digest each time
 def cache_base(checkpoint_root: str, options: StateOptions) -> str:
     """The directory of the cache slots of the checkpoint at ``checkpoint_root``."""
     root = options.cache_dir or os.path.join(tempfile.gettempdir(), "inorder-state-cache")
