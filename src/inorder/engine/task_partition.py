@@ -132,7 +132,9 @@ class PartitionWork:
         except Exception as exc:
             self.fail_output(exc)
 
-    def fail_output(self, exc: Exception) -> None:
+    def fail_output(
+        self, exc: Exception, what: str = "output row does not fit the output schema"
+    ) -> None:
         """Fail the partition: its rows could not be handed to the output (the task's output
         is then deleted and the batch fails on the driver)."""
         from inorder.engine.violations import PROCESSOR_ERROR
@@ -143,7 +145,7 @@ class PartitionWork:
             self.applier.meta.last_offset,
             None,
             PROCESSOR_ERROR,
-            f"output row does not fit the output schema: {exc}",
+            f"{what}: {exc}",
             "fail",
         )
 
@@ -290,7 +292,7 @@ def _flush_gathered(parts: list[PartitionWork]) -> None:
         first.output.gather(batch)
     except Exception as exc:  # not retried per partition: part of it may have been written
         for p in parts:
-            p.fail_output(exc)
+            p.fail_output(exc, "output rows could not be staged")
         return
     share = (time.perf_counter() - started) / len(parts)
     for p in parts:
