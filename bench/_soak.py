@@ -3,7 +3,8 @@
 ``--sites 1000 --batches 720 --modes background --window-minutes 10`` runs an hour at a 5 s
 trigger and adds a table per run with each window's batch times, produce-to-committed
 p50/p99 (of the rows produced in that window) and resident memory at the window's end (does
-anything grow over the hour?), then the live files per topic at the end.
+anything grow over the hour?), then the slowest batches with where their time went (a
+window's p99 is often one batch), then the live files per topic at the end.
 """
 
 from __future__ import annotations
@@ -64,4 +65,28 @@ def end_state(r: Any) -> str:
         f"for {r.ingested_bytes / 1e6:.1f} MB ingested (write amplification "
         f"{r.compaction_written / r.ingested_bytes if r.ingested_bytes else 0:.2f}); "
         f"{r.disk_files:,} files on disk."
+    )
+
+
+def slowest(r: Any, n: int = 5) -> str:
+    """The ``n`` slowest measured batches: when, how long, where the time went (the batch
+    report's phases, driver wall seconds for ``tasks`` and ``commit``, the tasks' own summed
+    over partitions) and the compaction rounds that ended during each."""
+    rows = []
+    for b in sorted(r.measured, key=lambda b: r.batch_seconds[b], reverse=True)[:n]:
+        phases = r.batch_phases.get(b, {})
+        top = sorted(phases.items(), key=lambda kv: kv[1], reverse=True)[:5]
+        rows.append(
+            [
+                b,
+                f"{(r.batch_started[b] - r.traffic_at) / 60:.1f}",
+                f"{r.batch_seconds[b]:.2f}",
+                ", ".join(f"{k} {v:.2f}" for k, v in top) or "-",
+                f"{r.compact_seconds.get(b, 0.0):.2f}",
+            ]
+        )
+    return table(
+        ["batch", "minute", "s", "phases, s (largest 5)", "compaction s during"],
+        rows,
+        right=(0, 1, 2, 4),
     )

@@ -96,6 +96,8 @@ class Run:
     latency_points: list[tuple[float, float]] = field(default_factory=list)
     """(produced at, produce-to-committed seconds) of every measured row."""
     batch_started: dict[int, float] = field(default_factory=dict)
+    batch_phases: dict[int, dict[str, float]] = field(default_factory=dict)
+    """The batch report's ``phase_seconds``, per batch."""
     rss_timeline: list[tuple[float, int, int]] = field(default_factory=list)
     """(time, driver RSS, JVM + workers RSS), every 0.2 s."""
     traffic_at: float = 0.0
@@ -265,6 +267,7 @@ def run_once(
                 return report
             run.batch_seconds[batch_id] = float(report.duration_seconds)
             run.batch_started[batch_id] = started
+            run.batch_phases[batch_id] = dict(report.phase_seconds)
             run.committed_at[batch_id] = time.time()
             if fmt == "parquet":  # read now: the commit checkpoint deletes old manifests
                 manifest = Path(work, "output", "_inorder", "commits", manifest_name(batch_id))
@@ -461,6 +464,7 @@ def main() -> int:
                 print(line(r) + "\n\n" + report(runs) + "\n", flush=True)
                 if args.window_minutes:
                     print(soak.windows(r, args.window_minutes), flush=True)
+                    print("\n" + soak.slowest(r), flush=True)
                     print("\n" + soak.end_state(r), flush=True)
     load = ", ".join(f"{a:.1f} {b:.1f} {c:.1f}" for a, b, c in (load_before, os.getloadavg()))
     table = report(runs)
