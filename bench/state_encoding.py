@@ -1,6 +1,6 @@
 """Encode and decode cost of one state file: Parquet (state format 1) against Arrow IPC files.
 
-One core, no Spark: the same state table (``inorder.state.store._table_of_rows``: N upserts
+One core, no Spark: the same state table (``inorder.state.state_table.table_of_rows``: N upserts
 with ~60-byte msgpack states, timers and Kafka keys, plus N/10 tombstones) is encoded to bytes
 and decoded back, as ``CheckpointStore.write_table`` and ``read_table`` do, by each encoding:
 Parquet zstd without statistics or dictionaries (format 1), IPC files uncompressed and with
@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.ipc as paipc
 import pyarrow.parquet as pq
 
-from inorder.state.store import _table_of_rows
+from inorder.state.state_table import table_of_rows
 
 
 def state_table(keys: int) -> pa.Table:
@@ -40,7 +40,7 @@ def state_table(keys: int) -> pa.Table:
         row = (state, 1000 + i, 1_700_000_000_000_000 + i, f"k{i}".encode(), i, i * 10, 1, False)
         upserts.append((f"key-{i:06d}", row))
     meta = {"version": 12, "epoch": "e" * 32, "meta": {"last_offset": 1234}}
-    return _table_of_rows(upserts, [f"gone-{i}" for i in range(keys // 10)], meta)
+    return table_of_rows(upserts, [f"gone-{i}" for i in range(keys // 10)], meta)
 
 
 def parquet_codec() -> tuple[Callable[[pa.Table], bytes], Callable[[bytes], pa.Table]]:

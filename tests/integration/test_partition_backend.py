@@ -255,6 +255,39 @@ def test_headers_reach_the_processor(spark: Any, tmp_path: Path) -> None:
     ]
 
 
+def test_a_batch_that_wrote_a_snapshot_and_did_not_commit_reruns_on_the_whole_state(
+    spark: Any, tmp_path: Path
+) -> None:
+    # Batch 3's tasks write a partition's second snapshot and clean up old versions; then
+    # the batch does not commit (the sink, the driver). Its re-run must see every key.
+    from inorder.state.store import StateOptions
+
+    register_for_spark()
+    backend = PartitionBackend(
+        Tallier(),
+        MsgCodec(),
+        Integrity.strict(),
+        checkpoint=str(tmp_path / "ckpt"),
+        sink=ParquetSink(str(tmp_path / "out")),
+        state_options=StateOptions(
+            snapshot_interval=2, retain_versions=0, cache_dir=str(tmp_path / "cache")
+        ),
+    )
+    batches = [[record(0, "a", v=1, t=0)]]
+    batches += [[record(b, "b", v=b, t=float(b))] for b in range(1, 4)]
+    batches += [[record(4, "a", v=2, t=4), record(5, "b", v=5, t=5)]]
+    tps = _tps(batches)
+    ref = ReferenceRunner(Tallier(), MsgCodec(), Integrity.strict())
+    for i, b in enumerate(batches):
+        if i == 3:
+            backend.run_tasks(records_dataframe(spark, b, tps), i)
+            assert not backend.sink.is_committed(i)
+        assert backend.run_batch(records_dataframe(spark, b, tps), i).committed
+        ref.run_batch(b, i, _time(backend, i), tps)
+    got = read_output(tmp_path / "out")
+    assert as_comparable(got) == as_comparable(ref.result.rows)
+
+
 def _tps(batches: list[list[KafkaRecord]]) -> list[TopicPartition]:
     return sorted({TopicPartition(r.topic, r.partition) for b in batches for r in b})
 

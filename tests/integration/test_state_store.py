@@ -179,6 +179,40 @@ def test_old_versions_are_cleaned_after_snapshots(tmp_path: Path) -> None:
     assert found["a"][0] == Tally(7, 70, [7])
 
 
+@pytest.mark.parametrize(("interval", "retain"), [(2, 0), (2, 1), (3, 1), (3, 5)])
+def test_every_batch_can_be_rerun_after_its_snapshot_and_cleanup(
+    tmp_path: Path, interval: int, retain: int
+) -> None:
+    # A batch whose tasks committed state (a snapshot, old versions deleted) may still fail
+    # to commit (the sink, the driver): its re-run must see the state before it, whole.
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache", interval=interval, retain=retain)
+    model: dict[str, Any] = {}
+    for b in range(9):
+        key = "abcd"[b % 4] if b else "a"
+        cold = Harness(h.checkpoint.root, tmp_path / f"cold-{b}", interval=interval)
+        h.batch(b, {key: entry(b)}, b)
+        found, meta, _ = cold.state(b)  # the re-run of b, in another worker
+        assert found == model and meta.last_offset == b - 1, b
+        h.batch(b, {key: entry(b)}, b)  # which commits
+        model[key] = (Tally(b, b * 10, [b]), b, None)
+
+
+def test_a_first_snapshot_late_in_its_spread_keeps_the_first_deltas(tmp_path: Path) -> None:
+    # Defaults: 20 and 20, and this partition's first snapshot comes after more than 20
+    # deltas (snapshot_after): the batch writing it must leave delta 0 for its re-run.
+    first = store_module.snapshot_after(TP, 20)
+    assert first > 21
+    h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache", interval=20, retain=20)
+    for b in range(first):
+        h.batch(b, {"a": entry(b)} if b == 0 else {"b": entry(b)}, b)
+    assert (first - 1, "snapshot") in files(tmp_path)
+    found, _, _ = Harness(h.checkpoint.root, tmp_path / "cold").state(first - 1)
+    assert found == {
+        "a": (Tally(0, 0, [0]), 0, None),
+        "b": (Tally(first - 2, (first - 2) * 10, [first - 2]), first - 2, None),
+    }
+
+
 def test_busy_cache_falls_back_to_a_private_one(tmp_path: Path) -> None:
     h = Harness(str(tmp_path / "ckpt"), tmp_path / "cache")
     h.batch(0, {"a": entry(1)}, 1)

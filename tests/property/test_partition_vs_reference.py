@@ -37,7 +37,7 @@ OPS = ["add"] * 6 + ["pt", "bad", "start", "end", "clear", "undecodable"]
 @st.composite
 def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     n_parts = draw(st.integers(1, 3))
-    n_batches = draw(st.integers(1, 3))
+    n_batches = draw(st.integers(1, 5))
     batches: list[list[KafkaRecord]] = [[] for _ in range(n_batches)]
     for p in range(n_parts):
         offset = 0

@@ -18,7 +18,7 @@ from inorder.records import TopicPartition
 from inorder.state.cache import Row, entry_row
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.entry import KeyEntry, PartitionMeta
-from inorder.state.store import _table_of_rows
+from inorder.state.state_table import table_of_rows
 
 #: The state version a seed is written as: below batch 0.
 SEED_VERSION = -1
@@ -45,7 +45,7 @@ def seed_partition_state(
         rows.append((key, entry_row(entry, state)))
     meta = PartitionMeta(last_offset=start_offset - 1)
     doc = {"version": SEED_VERSION, "epoch": epoch, "meta": meta.to_json()}
-    checkpoint.write_table(tp, SEED_VERSION, "snapshot", _table_of_rows(rows, [], doc))
+    checkpoint.write_table(tp, SEED_VERSION, "snapshot", table_of_rows(rows, [], doc))
     return len(rows)
 
 

@@ -18,8 +18,9 @@ Batch ``B`` of a topic-partition:
 3. :meth:`PartitionStore.commit` writes the delta of ``B`` (changed keys: upserts with the
    state's codec bytes and timer, deletes as tombstones) atomically to the checkpoint, then
    every ``snapshot_interval`` versions (the first a little later: :func:`snapshot_after`)
-   a full snapshot, then moves the cache to ``B`` and deletes versions older than the last
-   snapshot minus ``retain_versions``.
+   a full snapshot, then moves the cache to ``B`` and deletes versions older than both the
+   last snapshot minus ``retain_versions`` and the snapshot before it (which a re-run of
+   ``B`` reads when ``B``'s commit fails after its tasks).
 
 Writing ``B`` again (a re-run after a crash) writes a file of its own attempt.
 """
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import tempfile
 import time
@@ -42,14 +42,13 @@ import pyarrow as pa
 from inorder.records import TopicPartition
 from inorder.state.cache import LocalCache, Row, entry_row, partition_prefix
 from inorder.state.checkpoint import (
-    META_KEY,
-    STATE_FILE_SCHEMA,
     CheckpointStore,
     VersionFile,
     file_meta,
 )
 from inorder.state.entry import KeyEntry, PartitionMeta
 from inorder.state.registry import REGISTRY, HeldCache
+from inorder.state.state_table import rows_of_table, table_of_rows, table_of_segments, with_meta
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,66 +113,6 @@ class CacheView:
     ) -> list[tuple[int, str]]:
         """Pending timers, from the cache's index."""
         return self._cache.timers_after(kind, after, limit)
-
-
-def _rows_of_table(table: pa.Table) -> tuple[list[tuple[str, Row]], list[str]]:
-    cols = {name: table.column(name).to_pylist() for name in STATE_FILE_SCHEMA.names}
-    upserts: list[tuple[str, Row]] = []
-    deletes: list[str] = []
-    for i, key in enumerate(cols["key"]):
-        if cols["deleted"][i]:
-            deletes.append(key)
-            continue
-        upserts.append(
-            (
-                key,
-                (
-                    cols["state"][i],
-                    cols["last_offset"][i],
-                    cols["last_ts"][i],
-                    cols["kafka_key"][i],
-                    cols["seq"][i],
-                    cols["timer"][i],
-                    cols["timer_kind"][i] or 0,
-                    bool(cols["ignored"][i]),
-                ),
-            )
-        )
-    return upserts, deletes
-
-
-def _table_of_rows(
-    upserts: list[tuple[str, Row]], deletes: list[str], meta: dict[str, Any]
-) -> pa.Table:
-    """A state file's table: ``upserts`` then tombstones of ``deletes``, ``meta`` in its
-    schema's metadata."""
-    return _with_meta(_table_of_segments([(upserts, deletes)]), meta)
-
-
-def _with_meta(table: pa.Table, meta: dict[str, Any]) -> pa.Table:
-    """``table`` with ``meta`` as its state file metadata."""
-    return table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
-
-
-def _table_of_segments(segments: list[tuple[list[tuple[str, Row]], list[str]]]) -> pa.Table:
-    """The rows of several state files in one table, without metadata: each segment's
-    upserts, then its tombstones, segment after segment."""
-    keys: list[str] = []
-    deleted: list[bool] = []
-    columns: list[list[Any]] = [[] for _ in range(8)]
-    for upserts, deletes in segments:
-        keys += [k for k, _ in upserts]
-        keys += deletes
-        deleted += [False] * len(upserts)
-        deleted += [True] * len(deletes)
-        pad: list[Any] = [None] * len(deletes)
-        for i, column in enumerate(columns):
-            column += [r[i] for _, r in upserts]
-            column += pad
-    types = [f.type for f in STATE_FILE_SCHEMA][2:]
-    arrays = [pa.array(keys, pa.string()), pa.array(deleted, pa.bool_())]
-    arrays += [pa.array(c, t) for c, t in zip(columns, types, strict=True)]
-    return pa.Table.from_arrays(arrays, schema=STATE_FILE_SCHEMA)
 
 
 def snapshot_after(tp: TopicPartition, interval: int) -> int:
@@ -330,7 +269,7 @@ class PartitionStore:
         """Write ``files`` into the cache in order, then mark it as holding ``current``."""
         for f in files:
             table = self.checkpoint.read_table(f.path)
-            upserts, deletes = _rows_of_table(table)
+            upserts, deletes = rows_of_table(table)
             self.stats.rebuilt_keys += len(upserts)
             meta_json = file_meta(table).get("meta", meta_json)
             cache.write(
@@ -404,12 +343,20 @@ class PartitionStore:
     def _snapshot(self, version: int, meta_doc: dict[str, Any]) -> None:
         assert self._cache is not None
         rows = list(self._cache.rows())
-        table = _table_of_rows(rows, [], meta_doc)
+        table = table_of_rows(rows, [], meta_doc)
         self.checkpoint.write_table(self.tp, version, "snapshot", table, self._attempt)
         self.stats.snapshot_written = True
 
     def _cleanup(self, snapshot_version: int) -> None:
-        keep_from = snapshot_version - self.options.retain_versions
+        # The batch is not committed yet: if its commit fails, its re-run opens the version
+        # before it, from the previous snapshot and the deltas after it (all deltas when
+        # there is none), so those stay whatever ``retain_versions`` says. Deleting by
+        # ``retain_versions`` alone lost the keys of a partition's first deltas when its
+        # first snapshot came more than ``retain_versions`` deltas in (snapshot_after).
+        previous = [f.version for f in self._versions if f.kind == "snapshot"]
+        if not previous:
+            return
+        keep_from = min(snapshot_version - self.options.retain_versions, previous[-1])
         for f in self._versions:
             if f.version < keep_from:
                 self.checkpoint.delete(f.path)
@@ -484,13 +431,13 @@ def _commit_together(
         store.stats.changed_keys = len(changes)
         doc = {"version": store._batch_id, "epoch": store.epoch, "meta": meta.to_json()}
         parts.append((store, *store._delta_rows(changes), doc))
-    table = _table_of_segments([(upserts, deletes) for _, upserts, deletes, _ in parts])
+    table = table_of_segments([(upserts, deletes) for _, upserts, deletes, _ in parts])
     shared = (time.perf_counter() - started) / max(len(parts), 1)
     offset = 0
     for store, upserts, deletes, doc in parts:
         own = time.perf_counter()
         rows = len(upserts) + len(deletes)
-        piece = _with_meta(table.slice(offset, rows), doc)
+        piece = with_meta(table.slice(offset, rows), doc)
         offset += rows
         store._write_delta(piece, upserts, deletes, doc)
         store.stats.commit_seconds = shared + time.perf_counter() - own
