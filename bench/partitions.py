@@ -1,7 +1,7 @@
 """Cost per record against the number of topic-partitions: the same job over 12 to 4,800.
 
 Run: ``.venv/bin/python bench/partitions.py [--partitions 12,120,1200] [--messages 400000]
-[--max-offsets 100000] [--rounds 3] [--vs CHECKOUT] [--quick]``
+[--max-offsets 100000] [--rounds 3] [--vs CHECKOUT] [--with-set SECTION.KEY=VALUE] [--quick]``
 
 ``--quick`` (~5 minutes on 2 shared cores for 12/120/1,200): 200,000 messages, batches of
 50,000, one round. ``--partitions 12,120,1200,4800`` adds the 4,800 case (slow before the
@@ -67,8 +67,10 @@ def run_once(
     total: int,
     max_offsets: int,
     exclude: list[int],
+    sets: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """One ``inorder run`` over the topics ``prefix*``; what it cost."""
+    """One ``inorder run`` over the topics ``prefix*`` (with ``--set`` of each of ``sets``);
+    what it cost."""
     work = f"{tmp}/{uuid.uuid4().hex[:8]}"
     Path(work).mkdir(parents=True)
     env = dict(os.environ, PYTHONPATH=str(tree / "src"), TMPDIR=work)
@@ -76,6 +78,8 @@ def run_once(
     argv += common.sessions_run_args(bootstrap, prefix, max_offsets, work)
     # Fixed batches: sized by duration, a slower contender would run more, smaller batches.
     argv += ["--set", "source.target_batch_duration=off"]
+    for setting in sets:
+        argv += ["--set", setting]
     # The broker (this process's child) is not part of the run's tree: it is left running.
     run = process_tree.run_tree(
         argv, env=env, cwd=work, stderr_path=f"{work}.stderr", exclude_pgids=exclude
@@ -227,6 +231,13 @@ def main() -> int:
     parser.add_argument(
         "--only-vs", action="store_true", help="run the --vs trees only, not this one"
     )
+    parser.add_argument(
+        "--with-set",
+        metavar="SECTION.KEY=VALUE",
+        action="append",
+        default=[],
+        help="also run this tree with this setting (e.g. pipeline.state_deltas=task)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.messages, args.max_offsets = 200_000, 50_000
@@ -235,12 +246,16 @@ def main() -> int:
     counts = [int(x) for x in args.partitions.split(",")]
     if any(n % 4 for n in counts):
         parser.error("--partitions: multiples of 4 (sites x 4 partitions)")
-    contenders: list[tuple[str, Path]] = [] if args.only_vs else [("inorder", ROOT)]
+    contenders: list[tuple[str, Path, tuple[str, ...]]] = []
+    if not args.only_vs:
+        contenders.append(("inorder", ROOT, ()))
+    for setting in args.with_set:
+        contenders.append((f"inorder ({setting.split('.')[-1]})", ROOT, (setting,)))
     for checkout in args.vs:
         other = Path(checkout).resolve()
         if not (other / "src" / "inorder").is_dir():
             parser.error(f"--vs: {other}/src/inorder is not a directory")
-        contenders.append((f"inorder ({other.name})", other))
+        contenders.append((f"inorder ({other.name})", other, ()))
     common.setup_env()
     if not process_tree.set_child_subreaper():
         print("warning: no subreaper; CPU is the sampled lower bound", flush=True)
@@ -270,7 +285,7 @@ def main() -> int:
             shift = round_no % len(contenders)
             for n in counts:
                 prefix, total = prefixes[n]
-                for kind, tree in contenders[shift:] + contenders[:shift]:
+                for kind, tree, sets in contenders[shift:] + contenders[:shift]:
                     r = _run_retrying(
                         kind,
                         tree,
@@ -280,6 +295,7 @@ def main() -> int:
                         total=total,
                         max_offsets=args.max_offsets,
                         exclude=exclude,
+                        sets=sets,
                     )
                     results.setdefault((n, kind), []).append(r)
                     print(f"round {round_no + 1}: " + _line(n, r), flush=True)

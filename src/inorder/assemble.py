@@ -290,6 +290,7 @@ def build_pipeline(config: Config) -> Pipeline[object, object, object]:
         tables=tables,
         lease_duration=parse_duration(lease) if (lease := pipeline["lease_duration"]) else None,
         set_aside_exit_code=pipeline["set_aside_exit_code"],
+        state_deltas=pipeline["state_deltas"],
     )
 
 

@@ -145,7 +145,8 @@ def test_session_tables_match_truth_with_late_site_and_faults(
 
 
 @pytest.mark.slow
-def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("state_deltas", ["partition", "task"])
+def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path, state_deltas: str) -> None:
     prefix = f"kill-{random.randrange(10**9)}-"
     result = simulate(
         simulation(prefix, seed=3, faulty=0.2, messages=8000), kafka.bootstrap_servers
@@ -155,6 +156,8 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
     # is killed within 4.5 s of its first commit: 6 batches each at most, 12 in all).
     config["source"]["max_offsets_per_trigger"] = 200
     config["spark"]["master"] = "local[2]"
+    # State deltas as a file per partition (format 2) and as one file per task (format 3).
+    config["pipeline"]["state_deltas"] = state_deltas
     toml = tmp_path / "pipeline.toml"
     from inorder.commands.run import dump_toml
 
@@ -178,3 +181,6 @@ def test_kill_9_restarts_stay_exact(kafka: Any, tmp_path: Path) -> None:
     final = [e for e in events if e["event"] == "summary"][-1]
     assert 0 < final["records"] < result.records, "the last kill must land before the end"
     assert_matches_truth(tmp_path / "output", result.ground_truth)
+    task_files = list(tmp_path.rglob("state/_deltas/*.arrow"))
+    partition_deltas = list(tmp_path.rglob("state/*/*/*.delta.*"))
+    assert bool(task_files) == (state_deltas == "task") != bool(partition_deltas)

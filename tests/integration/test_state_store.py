@@ -11,11 +11,13 @@ import pytest
 from tests.property.procs import Tally
 
 import inorder.state.store as store_module
+import inorder.state.store_commit as store_commit_module
 from inorder.records import TopicPartition
 from inorder.state.checkpoint import CheckpointStore
 from inorder.state.codec import StateCodec
 from inorder.state.entry import KeyEntry, PartitionMeta
-from inorder.state.store import PartitionStore, StateOptions, commit_partitions
+from inorder.state.store import PartitionStore, StateOptions
+from inorder.state.store_commit import commit_partitions
 
 TP = TopicPartition("orders", 3)
 CODEC = StateCodec(Tally)
@@ -49,7 +51,7 @@ class Harness:
     ) -> PartitionStore:
         with self.store() as store:
             store.open(batch_id)
-            store.commit(changes, PartitionMeta(last, None))
+            commit_partitions([(store, changes, PartitionMeta(last, None))])
             return store
 
     def state(self, batch_id: int) -> tuple[dict[str, Any], PartitionMeta, PartitionStore]:
@@ -256,12 +258,13 @@ import sys, time
 sys.path.insert(0, sys.argv[1])
 from tests.integration.test_state_store import Harness, entry
 from inorder.state.entry import PartitionMeta
+from inorder.state.store_commit import commit_partitions
 h = Harness(sys.argv[2], __import__("pathlib").Path(sys.argv[3]))
 mode, batch = sys.argv[4], int(sys.argv[5])
 store = h.store()
 store.open(batch)
 if mode == "commit":
-    store.commit({"b": entry(batch)}, PartitionMeta(batch * 10, None))
+    commit_partitions([(store, {"b": entry(batch)}, PartitionMeta(batch * 10, None))])
     store.close()
     print("slot", store.stats.cache_hit, store.stats.caught_up, flush=True)
 else:  # hold the cache open until killed
@@ -312,7 +315,7 @@ def test_partitions_share_one_database_per_process(tmp_path: Path) -> None:
     def other_batch(batch_id: int, changes: dict[str, KeyEntry | None]) -> PartitionStore:
         with PartitionStore(h.checkpoint, other_tp, CODEC, "epoch-1", h.options) as store:
             store.open(batch_id)
-            store.commit(changes, PartitionMeta(batch_id, None))
+            commit_partitions([(store, changes, PartitionMeta(batch_id, None))])
             return store
 
     assert h.batch(0, {"a": entry(1, timer=5)}, 1).stats.opened_db
@@ -523,7 +526,7 @@ def test_partitions_committed_together_read_back_as_committed_alone(
     """A task commits its partitions' deltas together (one table, a slice per file; several
     tables when the rows exceed a table's): each file holds exactly its partition's rows and
     metadata, read back through the cache and through a rebuild from the files alone."""
-    monkeypatch.setattr(store_module, "TABLE_ROWS", table_rows)
+    monkeypatch.setattr(store_commit_module, "TABLE_ROWS", table_rows)
     checkpoint = CheckpointStore(str(tmp_path / "ckpt"))
     options = StateOptions(snapshot_interval=2, retain_versions=2, cache_dir=str(tmp_path / "c"))
     tps = [TopicPartition(f"site-{i}", i % 2) for i in range(5)]
@@ -564,7 +567,9 @@ def test_partitions_committed_together_read_back_as_committed_alone(
         for batch_id in range(3):
             with PartitionStore(alone.checkpoint, TP, CODEC, "epoch-1", alone.options) as store:
                 store.open(batch_id)
-                store.commit(changes[(i + batch_id) % 5], PartitionMeta(100 * batch_id + i, None))
+                commit_partitions(
+                    [(store, changes[(i + batch_id) % 5], PartitionMeta(100 * batch_id + i, None))]
+                )
         with PartitionStore(alone.checkpoint, TP, CODEC, "epoch-1", alone.options) as store:
             expected.append(seen(store))
         together = PartitionStore(checkpoint, tp, CODEC, "epoch-1", options)

@@ -20,6 +20,7 @@ from inorder.state.checkpoint import CheckpointStore
 from inorder.state.entry import PartitionMeta
 from inorder.state.registry import REGISTRY
 from inorder.state.store import PartitionStore, StateOptions, close_task_slot
+from inorder.state.store_commit import commit_partitions
 
 TPS = [TopicPartition("orders", p) for p in range(3)]
 
@@ -46,7 +47,7 @@ def run_group(root: str, cache: str, batch: int, slot: str, close: bool = True) 
     for tp in TPS:
         with PartitionStore(checkpoint, tp, CODEC, "epoch-1", options, slot) as store:
             store.open(batch)
-            store.commit({f"k{batch}": entry(batch)}, PartitionMeta(batch, None))
+            commit_partitions([(store, {f"k{batch}": entry(batch)}, PartitionMeta(batch, None))])
             stats = store.stats
             found.append(
                 "current" if stats.cache_hit else "caught_up" if stats.caught_up else "rebuilt"

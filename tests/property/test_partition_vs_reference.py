@@ -2,7 +2,8 @@
 
 Random streams over a few partitions and keys (with offset gaps, replays of old offsets,
 undecodable records, violations, session restarts, event- and processing-time timeouts),
-random batch boundaries, random policies and random crash points. A crash is simulated by
+random batch boundaries, random policies, random crash points and both layouts of state
+deltas (a file per partition, one per task). A crash is simulated by
 running a batch's tasks (state versions and staged files written) without committing, then
 re-running the batch; the local state caches are also wiped at random to force recovery from
 the checkpoint files (snapshots every 2 versions exercise snapshot + delta loading).
@@ -73,6 +74,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     seq_field = draw(st.sampled_from([None, "seq"]))
     steps = draw(st.lists(st.integers(0, 3), min_size=n_batches, max_size=n_batches))
     return {
+        "delta_files": draw(st.sampled_from(["partition", "task"])),
         "parts": n_parts,
         "batches": batches,
         "crashes": crashes,
@@ -116,7 +118,10 @@ def _run(spark: Any, scenario: dict[str, Any], tmp: Path) -> None:
         checkpoint=str(tmp / "ckpt"),
         sink=ParquetSink(str(tmp / "out")),
         state_options=StateOptions(
-            snapshot_interval=2, retain_versions=1, cache_dir=str(cache_dir)
+            snapshot_interval=2,
+            retain_versions=1,
+            cache_dir=str(cache_dir),
+            delta_files=scenario["delta_files"],
         ),
     )
     reference = ReferenceRunner(Tallier(), MsgCodec(), integrity)

@@ -12,6 +12,7 @@ from inorder.errors import ConfigError
 from inorder.records import TopicPartition
 from inorder.state.checkpoint import (
     STATE_FORMAT,
+    WRITTEN_FORMAT,
     CheckpointStore,
     VersionFile,
     parse_version_file,
@@ -22,7 +23,7 @@ def test_state_of_a_newer_format_is_refused_with_its_file_named(tmp_path: Path) 
     store = CheckpointStore(str(tmp_path / "ckpt"))
     assert store.state_meta() is None
     created = store.init_state_meta({"format": 1})
-    assert created["format"] == STATE_FORMAT and store.state_meta() == created
+    assert created["format"] == WRITTEN_FORMAT and store.state_meta() == created
     meta = tmp_path / "ckpt" / "state" / "_meta.json"
     for newer in (STATE_FORMAT + 1, "2"):
         meta.write_text(json.dumps({**created, "format": newer}))
@@ -41,12 +42,16 @@ def test_state_meta_of_the_first_releases_has_no_format_and_is_read(tmp_path: Pa
     assert store.state_meta() == {k: v for k, v in created.items() if k != "format"}
 
 
-def test_this_release_writes_format_2_and_refuses_format_3_by_name(tmp_path: Path) -> None:
+def test_this_release_writes_format_2_reads_3_and_refuses_4_by_name(tmp_path: Path) -> None:
     store = CheckpointStore(str(tmp_path / "ckpt"))
-    assert STATE_FORMAT == 2 and store.init_state_meta({})["format"] == 2
+    assert STATE_FORMAT == 3 and store.init_state_meta({})["format"] == 2
     meta = tmp_path / "ckpt" / "state" / "_meta.json"
-    meta.write_text(json.dumps({**json.loads(meta.read_text()), "format": 3}))
-    with pytest.raises(ConfigError, match=r"its state is of format 3 .* run the newer release"):
+    # Task files (format 3) only where the pipeline asks for them; never lowered again.
+    raised = store.adopt_state_meta(json.loads(meta.read_text()), state_format=3)
+    assert raised["format"] == 3 == json.loads(meta.read_text())["format"]
+    assert store.adopt_state_meta(raised) == raised and store.state_meta() == raised
+    meta.write_text(json.dumps({**raised, "format": 4}))
+    with pytest.raises(ConfigError, match=r"its state is of format 4 .* run the newer release"):
         store.state_meta()
 
 

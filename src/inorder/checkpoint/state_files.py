@@ -88,9 +88,9 @@ def loadable_versions(files: list[VersionFile]) -> list[int]:
 
 
 def _rows(
-    store: CheckpointStore, path: str
+    store: CheckpointStore, file: VersionFile
 ) -> tuple[dict[str, StoredEntry], list[str], dict[str, Any]]:
-    table = store.read_table(path)
+    table = store.read_version(file)
     cols = {n: table.column(n).to_pylist() for n in STATE_FILE_SCHEMA.names}
     upserts: dict[str, StoredEntry] = {}
     deletes: list[str] = []
@@ -132,7 +132,7 @@ def load_partition_state(
     entries: dict[str, StoredEntry] = {}
     meta_json: dict[str, Any] = {}
     for f in chain:
-        upserts, deletes, meta = _rows(store, f.path)
+        upserts, deletes, meta = _rows(store, f)
         entries.update(upserts)
         for key in deletes:
             entries.pop(key, None)

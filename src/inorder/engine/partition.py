@@ -43,7 +43,7 @@ from inorder.kafka.options import SourceOptions
 from inorder.processor import Processor, processor_types
 from inorder.sinks.base import Sink, SinkError
 from inorder.spark.worker_pools import engine_pool
-from inorder.state.checkpoint import CheckpointStore
+from inorder.state.checkpoint import WRITTEN_FORMAT, CheckpointStore
 from inorder.state.store import StateOptions
 
 
@@ -134,14 +134,21 @@ class PartitionBackend:
             raise ConfigError(str(exc)) from None
         schema = output_schema(types.out)
         validate_state_type(types.state)
+        delta_files = self.state_options.delta_files
+        if delta_files not in ("partition", "task"):
+            raise ConfigError(
+                f"state delta_files {delta_files!r} is not known: use 'partition' (a file per "
+                "topic-partition and batch) or 'task' (one per task and batch)"
+            )
+        state_format = 3 if delta_files == "task" else WRITTEN_FORMAT
         meta = self.checkpoint.state_meta()
         if meta is None:
-            meta = self.checkpoint.init_state_meta(fingerprint(types.state))
+            meta = self.checkpoint.init_state_meta(fingerprint(types.state), state_format)
         else:
             check_compatible(meta["fingerprint"], types.state)
             # Before any batch (or seed) writes a state file of this release's format into
             # a checkpoint an earlier format made: from here on that release refuses it.
-            meta = self.checkpoint.adopt_state_meta(meta)
+            meta = self.checkpoint.adopt_state_meta(meta, state_format)
         try:
             self.sink.check(schema)
             if self.dead_letter_sink is not None:

@@ -30,6 +30,7 @@ from inorder.kafka.options import SourceOptions
 from inorder.records import RecordTuple, TopicPartition
 from inorder.spark.worker_heap import freeze_worker_heap
 from inorder.state.store import close_task_slot
+from inorder.state.task_deltas import TaskFiles
 
 __all__ = ["INPUT_EXPRS", "TaskSpec", "read_waves", "run_task"]
 
@@ -208,6 +209,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     reads = spec.source_options  # set: the task reads the planned ranges from Kafka itself
     to_read: list[tuple[TopicPartition, int, int]] = []
     slot: str | None = None
+    # The task files (state format 3) listed once for all of the task's partitions.
+    listed: TaskFiles | None = None
     # Time spent waiting for input (the source's read and Spark moving the rows), charged to
     # the topic-partition of the batch that arrived: it shows where a batch's time goes.
     waited = 0.0
@@ -223,7 +226,10 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         for tp, run in runs:
             part = work.get(tp)
             if part is None:
-                part = work[tp] = PartitionWork(spec, tp, encoder, state_codec, output, slot)
+                if listed is None:
+                    listed = spec.checkpoint.task_files()
+                part = PartitionWork(spec, tp, encoder, state_codec, output, slot, listed)
+                work[tp] = part
             if waited:
                 part.timings["input_wait"] = part.timings.get("input_wait", 0.0) + waited
                 waited = 0.0

@@ -21,7 +21,9 @@ from inorder.engine.violations import ViolationEvent
 from inorder.records import TopicPartition
 from inorder.sinks.base import WrittenFile
 from inorder.state.entry import PartitionMeta, StateView
-from inorder.state.store import PartitionStore, commit_partitions
+from inorder.state.store import PartitionStore
+from inorder.state.store_commit import commit_partitions
+from inorder.state.task_deltas import TaskFiles
 
 #: Rows buffered before they are encoded and handed to the sink writer.
 _FLUSH_ROWS = 65_536
@@ -34,12 +36,14 @@ def open_applier(
     state_codec: Any,
     external_watermark: bool = False,
     slot: str | None = None,
+    listed: TaskFiles | None = None,
 ) -> tuple[PartitionStore, OrderedApplier]:
     """Open the state of ``store_tp`` as of the batch before ``spec.batch_id`` and an applier
     for the records of ``tp`` over it (the same store for the partition backend; a key
-    group's own store for the spark backend), cached in the task slot ``slot`` if given."""
+    group's own store for the spark backend), cached in the task slot ``slot`` if given,
+    its versions found in the task files as ``listed`` (listed at its open if ``None``)."""
     store = PartitionStore(
-        spec.checkpoint, store_tp, state_codec, spec.epoch, spec.state_options, slot
+        spec.checkpoint, store_tp, state_codec, spec.epoch, spec.state_options, slot, listed
     )
     view, meta = store.open(spec.batch_id)
     return store, new_applier(spec, tp, view, meta, state_codec, external_watermark)
@@ -82,13 +86,14 @@ class PartitionWork:
         state_codec: Any,
         output: TaskOutput,
         slot: str | None = None,
+        listed: TaskFiles | None = None,
     ) -> None:
         self.spec = spec
         self.tp = tp
         self.encoder = encoder
         self.output = output
         started = time.perf_counter()
-        self.store, self.applier = open_applier(spec, tp, tp, state_codec, slot=slot)
+        self.store, self.applier = open_applier(spec, tp, tp, state_codec, slot=slot, listed=listed)
         self.output_rows = 0
         self.failed: ViolationEvent | None = None
         self.dead_letter_files: list[WrittenFile] = []
@@ -180,7 +185,8 @@ class PartitionWork:
 
 def finish_task(parts: list[PartitionWork], output: TaskOutput) -> list[TaskResult]:
     """Drain every partition, close the task's output once, then commit the state deltas of
-    the partitions that did not fail, together (:func:`~inorder.state.store.commit_partitions`).
+    the partitions that did not fail, together
+    (:func:`~inorder.state.store_commit.commit_partitions`).
 
     The files of the whole task are reported by its first partition's result (the driver
     commits the files of all results together). A failed partition fails the batch on the

@@ -183,6 +183,7 @@ def batches(
 
 def state_files(target: OpsTarget) -> dict[TopicPartition, tuple[list[VersionFile], int]]:
     """Per topic-partition with state: its version files and their bytes (one listing)."""
+    from inorder.state.task_deltas import DELTAS_DIR
     from inorder.storage.fs import list_files
 
     store = target.engine
@@ -199,6 +200,26 @@ def state_files(target: OpsTarget) -> dict[TopicPartition, tuple[list[VersionFil
             files.append(file)
             size += int(info.size or 0)
         found[tp] = (files, size)
+    # Task files (state format 3): each partition's slices, their bytes shared by rows.
+    deltas = root + "/" + DELTAS_DIR + "/"
+    sizes = {i.path: int(i.size or 0) for i in list_files(store.location, deltas.rstrip("/"))}
+    listed = store.task_files()
+    for task_file in listed.files:
+        index = listed.index(task_file)
+        rows = sum(p.rows for p in index.parts.values()) or 1
+        for (topic, partition), piece in index.parts.items():
+            tp = TopicPartition(topic, partition)
+            files, size = found.get(tp, ([], 0))
+            files.append(
+                VersionFile(
+                    task_file.version,
+                    "delta",
+                    task_file.path,
+                    task_file.attempt,
+                    (topic, partition),
+                )
+            )
+            found[tp] = (files, size + sizes.get(task_file.path, 0) * piece.rows // rows)
     for files, _ in found.values():
         files.sort(key=lambda f: (f.version, f.kind != "delta"))
     return dict(sorted(found.items()))

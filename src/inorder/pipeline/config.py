@@ -118,6 +118,11 @@ def _check_values(config: Config, origin: str) -> None:
             f"{origin}: pipeline.backend must be 'partition' or 'spark', "
             f"not {pipeline['backend']!r}"
         )
+    if pipeline["state_deltas"] not in ("partition", "task"):
+        raise ConfigError(
+            f"{origin}: pipeline.state_deltas must be 'partition' or 'task', "
+            f"not {pipeline['state_deltas']!r}"
+        )
     if pipeline["progress"] not in PROGRESS_MODES:
         raise ConfigError(f"{origin}: pipeline.progress must be one of {', '.join(PROGRESS_MODES)}")
     if bool(source["topic_pattern"]) == bool(source["topics"]):

@@ -129,6 +129,7 @@ class PipelineRunner:
             raise ConfigError(f"backend {p.backend!r} is not available; use 'partition' or 'spark'")
         from inorder.engine.partition import PartitionBackend
         from inorder.engine.spark_backend import SparkBackend
+        from inorder.state.store import StateOptions
 
         backend_class = SparkBackend if p.backend == "spark" else PartitionBackend
         return backend_class(
@@ -138,6 +139,7 @@ class PipelineRunner:
             checkpoint=self.layout.engine_dir,
             sink=p.sink,
             dead_letter_sink=p.dead_letter,
+            state_options=StateOptions(delta_files=p.state_deltas),
         )
 
     def _trigger_kwargs(self) -> dict[str, Any]:

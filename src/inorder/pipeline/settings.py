@@ -59,6 +59,14 @@ SECTIONS: dict[str, dict[str, Setting]] = {
             'task, default) or "spark" (groupBy + transformWithState with Spark\'s RocksDB '
             "state: keys spread over Spark tasks through a shuffle).",
         ),
+        "state_deltas": Setting(
+            str,
+            "partition",
+            'Where a batch\'s state deltas go: "partition" (a file per topic-partition, state '
+            'format 2) or "task" (one file per engine task holding all its partitions\', '
+            "state format 3: far fewer files at many topic-partitions; a checkpoint written "
+            "so is refused by releases before it).",
+        ),
         "progress": Setting(
             str,
             "auto",

@@ -35,7 +35,6 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -45,6 +44,20 @@ import pyarrow.parquet as pq
 
 from inorder.errors import ConfigError, StorageError
 from inorder.records import TopicPartition
+
+# Re-exported: they were defined here before, and are imported from here.
+from inorder.state.file_schema import META_KEY as META_KEY
+from inorder.state.file_schema import STATE_FILE_SCHEMA as STATE_FILE_SCHEMA
+from inorder.state.file_schema import VersionFile as VersionFile
+from inorder.state.file_schema import damaged_file
+from inorder.state.file_schema import file_meta as file_meta
+from inorder.state.task_deltas import (
+    DELTAS_DIR,
+    TaskFiles,
+    encode_task_file,
+    read_slice,
+    task_file_name,
+)
 from inorder.storage.fs import (
     Location,
     delete_quietly,
@@ -61,7 +74,10 @@ from inorder.storage.group_sync import make_durable, write_unsynced
 #: release that changes how state files are named or encoded raises it, so that an earlier
 #: release stops with a named error instead of missing those files. 1: Parquet state files;
 #: 2: Arrow IPC files, each compressed whole with zstd (Parquet ones still read).
-STATE_FORMAT = 2
+STATE_FORMAT = 3
+#: The format a checkpoint is given unless its pipeline writes task files (format 3,
+#: ``StateOptions.delta_files = "task"``): format 2 releases still resume it.
+WRITTEN_FORMAT = 2
 #: ``<version>.<kind>[.<attempt>].<arrow.zstd|parquet>``: files written before attempts were
 #: named have none; ``.parquet`` is format 1's encoding, ``.arrow.zstd`` format 2's.
 _FILE = re.compile(r"^(-?\d{19,20})\.(delta|snapshot)(?:\.([0-9a-f]{12}))?\.(arrow\.zstd|parquet)$")
@@ -80,38 +96,6 @@ BATCH_RECORDS_MERGE = 100
 #: about 15 and 30 us more than uncompressed, for a quarter of the bytes (1.5 kB against 6.1
 #: kB; Parquet zstd's 3.1 kB). Measured with ``bench/state_encoding.py`` (docs/state.md).
 _IPC_OPTIONS = paipc.IpcWriteOptions(compression=None, use_threads=False)
-
-#: Arrow schema of delta and snapshot files (one row per key).
-STATE_FILE_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.string(), nullable=False),
-        pa.field("deleted", pa.bool_(), nullable=False),
-        pa.field("state", pa.binary()),
-        pa.field("last_offset", pa.int64()),
-        pa.field("last_ts", pa.int64()),
-        pa.field("kafka_key", pa.binary()),
-        pa.field("seq", pa.int64()),
-        pa.field("timer", pa.int64()),
-        pa.field("timer_kind", pa.int8()),
-        pa.field("ignored", pa.bool_()),
-    ]
-)
-
-#: The key of the state file's metadata JSON (version, epoch, partition meta) in its schema's
-#: key-value metadata (Parquet and Arrow IPC keep the schema's metadata alike).
-META_KEY = b"inorder.meta"
-
-
-@dataclass(frozen=True, slots=True)
-class VersionFile:
-    """One delta or snapshot file of a topic-partition."""
-
-    version: int
-    kind: str  # "delta" | "snapshot"
-    path: str
-    #: The attempt that wrote it: a re-run of a batch whose commit failed writes a new one,
-    #: so a local cache holding the earlier attempt's content can tell it is not this file.
-    attempt: str = ""
 
 
 def parse_version_file(name: str, path: str) -> VersionFile | None:
@@ -241,23 +225,27 @@ class CheckpointStore:
             )
         return meta
 
-    def init_state_meta(self, fingerprint: dict[str, Any]) -> dict[str, Any]:
-        """Create the state metadata (new epoch id) and return it."""
-        meta = {"format": STATE_FORMAT, "epoch": uuid.uuid4().hex, "fingerprint": fingerprint}
+    def init_state_meta(
+        self, fingerprint: dict[str, Any], state_format: int = WRITTEN_FORMAT
+    ) -> dict[str, Any]:
+        """Create the state metadata (new epoch id, ``state_format``) and return it."""
+        meta = {"format": state_format, "epoch": uuid.uuid4().hex, "fingerprint": fingerprint}
         self.write_json(meta, "state", "_meta.json")
         return meta
 
-    def adopt_state_meta(self, meta: dict[str, Any]) -> dict[str, Any]:
-        """``meta`` (from :meth:`state_meta`) raised to :data:`STATE_FORMAT`, written if it was
+    def adopt_state_meta(
+        self, meta: dict[str, Any], state_format: int = WRITTEN_FORMAT
+    ) -> dict[str, Any]:
+        """``meta`` (from :meth:`state_meta`) raised to ``state_format``, written if it was
         older; everything else in it (epoch, fingerprint) kept.
 
         Called before this release writes its first state file into a checkpoint an earlier
         format made: from then on, a release of that format refuses the directory by name
         instead of missing the files it cannot read (and starting partitions empty).
         """
-        if meta.get("format", 1) == STATE_FORMAT:
+        if meta.get("format", 1) >= state_format:
             return meta
-        adopted = {**meta, "format": STATE_FORMAT}
+        adopted = {**meta, "format": state_format}
         self.write_json(adopted, "state", "_meta.json")
         return adopted
 
@@ -360,9 +348,14 @@ class CheckpointStore:
 
     # -- versioned state files ---------------------------------------------------------------
 
-    def versions(self, tp: TopicPartition) -> list[VersionFile]:
-        """All delta and snapshot files of ``tp``, by version (delta before snapshot)."""
-        found: list[VersionFile] = []
+    def task_files(self) -> TaskFiles:
+        """The task files (state format 3) as they are now."""
+        return TaskFiles(self.location, self.path("state", DELTAS_DIR))
+
+    def versions(self, tp: TopicPartition, listed: TaskFiles | None = None) -> list[VersionFile]:
+        """All delta and snapshot files of ``tp``, by version (delta before snapshot), its
+        slices of task files included (from ``listed``, else listed now)."""
+        found = (listed or self.task_files()).entries(tp)
         directory = self.partition_dir(tp)
         for name, path in list_names(self.location, directory):
             file = parse_version_file(name, path)
@@ -387,8 +380,21 @@ class CheckpointStore:
         """
         # An Arrow IPC file, not Parquet: state files are small and always read whole, and
         # Parquet's writer and footer cost ~0.3-1 ms per file, 10-30 times the IPC file's.
-        data = encode_state_file(table)
-        path = self.file_path(tp, version, kind, attempt)
+        return self._write_state(
+            self.file_path(tp, version, kind, attempt), encode_state_file(table)
+        )
+
+    def write_task_file(
+        self, version: int, epoch: str, table: pa.Table, parts: list[Any]
+    ) -> tuple[str, int]:
+        """Write a task's delta file of batch ``version`` (state format 3: ``table`` holds the
+        rows of ``parts``, see :func:`~inorder.state.task_deltas.encode_task_file`); returns
+        its attempt and its size in bytes."""
+        attempt = os.urandom(6).hex()
+        path = self.path("state", DELTAS_DIR, task_file_name(version, attempt))
+        return attempt, self._write_state(path, encode_task_file(table, epoch, version, parts))
+
+    def _write_state(self, path: str, data: bytes) -> int:
         try:
             if self._written is None:
                 write_bytes(self.location, path, data)
@@ -428,6 +434,17 @@ class CheckpointStore:
         for path in deferred:
             delete_quietly(self.location, path)
 
+    def read_version(self, file: VersionFile) -> pa.Table:
+        """Read a version: a state file, or a partition's slice of a task file."""
+        if file.part is None:
+            return self.read_table(file.path)
+        try:
+            return read_slice(self.location, file.path, file.part)
+        except FileNotFoundError:
+            raise
+        except (pa.ArrowInvalid, OSError, KeyError, ValueError) as exc:
+            raise damaged_file(file.path, exc) from None
+
     def read_table(self, path: str) -> pa.Table:
         """Read a state file; a damaged one is a named :class:`StorageError`, never skipped."""
         try:
@@ -442,11 +459,7 @@ class CheckpointStore:
         except (pa.ArrowInvalid, OSError) as exc:
             # Without this the run stopped with "An exception was thrown from the Python
             # worker" and nothing naming the file (pyarrow's error is no inorder error).
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StorageError(
-                f"state file {path} is damaged ({reason}); restore it from a backup, or "
-                "repair the checkpoint with `inorder repair PIPELINE`"
-            ) from None
+            raise damaged_file(path, exc) from None
         return table
 
     def delete(self, path: str) -> None:
@@ -463,12 +476,3 @@ class CheckpointStore:
     def local_root(self) -> str | None:
         """The checkpoint's absolute local path, when local."""
         return os.path.abspath(self.location.root) if self.is_local() else None
-
-
-def file_meta(table: pa.Table) -> dict[str, Any]:
-    """The metadata JSON stored in a state file's schema."""
-    raw = (table.schema.metadata or {}).get(META_KEY)
-    if raw is None:
-        return {}
-    loaded: dict[str, Any] = json.loads(raw)
-    return loaded

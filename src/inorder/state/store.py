@@ -33,7 +33,6 @@ import os
 import tempfile
 import time
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +47,8 @@ from inorder.state.checkpoint import (
 )
 from inorder.state.entry import KeyEntry, PartitionMeta
 from inorder.state.registry import REGISTRY, HeldCache
-from inorder.state.state_table import rows_of_table, table_of_rows, table_of_segments, with_meta
+from inorder.state.state_table import rows_of_table, table_of_rows
+from inorder.state.task_deltas import TaskFiles
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,10 @@ class StateOptions:
     snapshot_interval: int = 20
     retain_versions: int = 20
     cache_dir: str | None = None
+    #: Where a batch's deltas go: ``"partition"``, a file per topic-partition (state format
+    #: 2), or ``"task"``, one file per task holding all its partitions' (format 3,
+    #: :mod:`inorder.state.task_deltas`; an earlier release then refuses the checkpoint).
+    delta_files: str = "partition"
     # Opening and closing a RocksDB database costs 30-100 ms; an open one costs up to ~210
     # file descriptors (state/registry.py) and its unflushed writes are bounded per process
     # (state/cache.py). Any value above 0 keeps the process's one database of a checkpoint.
@@ -156,10 +160,13 @@ class PartitionStore:
         epoch: str,
         options: StateOptions | None = None,
         slot: str | None = None,
+        listed: TaskFiles | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         #: The task slot whose cache to use (:mod:`inorder.state.registry`), if any.
         self.slot = slot
+        #: The task files as the task listed them (listed at each open when ``None``).
+        self.listed = listed
         self.tp = tp
         self.state_codec = state_codec
         self.epoch = epoch
@@ -196,10 +203,13 @@ class PartitionStore:
         started = time.perf_counter()
         self._batch_id = batch_id
         self._keys = None
-        versions = self.checkpoint.versions(self.tp)
+        if self.listed is None:
+            self.listed = self.checkpoint.task_files()
+        versions = self.checkpoint.versions(self.tp, self.listed)
         for f in versions:
             # From attempts of this or later batches that never committed: this attempt
-            # writes its own (a re-run after changed settings may write other content).
+            # writes its own (a re-run after changed settings may write other content). A
+            # task file goes whole: all of it is from such an attempt.
             if f.version >= batch_id:
                 self.checkpoint.delete(f.path)
         self._versions = [f for f in versions if f.version < batch_id]
@@ -225,7 +235,10 @@ class PartitionStore:
                 and have < current
                 and self._has(have, header.get("attempt", ""))
             ):
-                meta = self._catch_up(cache, have, current, header.get("meta") or {})
+                try:
+                    meta = self._catch_up(cache, have, current, header.get("meta") or {})
+                except FileNotFoundError:  # a task file no partition of its own needed
+                    meta = self._rebuild(cache, current)
             else:
                 meta = self._rebuild(cache, current)
         except BaseException:
@@ -233,6 +246,11 @@ class PartitionStore:
             raise
         self.stats.load_seconds = time.perf_counter() - started
         return CacheView(cache, self.state_codec), meta
+
+    @property
+    def batch_id(self) -> int:
+        """The batch this store was opened for (-1 before :meth:`open`)."""
+        return self._batch_id
 
     def _has(self, version: int, attempt: str) -> bool:
         # Cleanup deletes the oldest versions and open() the newest ones, so while the
@@ -268,7 +286,7 @@ class PartitionStore:
     ) -> PartitionMeta:
         """Write ``files`` into the cache in order, then mark it as holding ``current``."""
         for f in files:
-            table = self.checkpoint.read_table(f.path)
+            table = self.checkpoint.read_version(f)
             upserts, deletes = rows_of_table(table)
             self.stats.rebuilt_keys += len(upserts)
             meta_json = file_meta(table).get("meta", meta_json)
@@ -289,11 +307,7 @@ class PartitionStore:
         self._keys = cache.write([], [], header)
         return PartitionMeta.from_json(meta_json)
 
-    def commit(self, changes: dict[str, KeyEntry | None], meta: PartitionMeta) -> None:
-        """Write the delta of this batch (and maybe a snapshot), then move the cache to it."""
-        commit_partitions([(self, changes, meta)])
-
-    def _delta_rows(
+    def delta_rows(
         self, changes: dict[str, KeyEntry | None]
     ) -> tuple[list[tuple[str, Row]], list[str]]:
         """This batch's changed keys as stored rows (state encoded) and deleted keys."""
@@ -309,26 +323,45 @@ class PartitionStore:
                 upserts.append((key, entry_row(entry, state)))
         return upserts, deletes
 
-    def _write_delta(
+    def write_delta(
         self,
         table: pa.Table,
         upserts: list[tuple[str, Row]],
         deletes: list[str],
         file_meta_doc: dict[str, Any],
     ) -> None:
-        """Write this batch's delta ``table`` (its rows ``upserts`` and ``deletes``), move the
+        """Write this batch's delta ``table`` (its rows ``upserts`` and ``deletes``) as a file
+        of this partition, then :meth:`advance`."""
+        attempt = os.urandom(6).hex()
+        self.stats.delta_bytes = self.checkpoint.write_table(
+            self.tp, self._batch_id, "delta", table, attempt
+        )
+        self.advance(upserts, deletes, file_meta_doc, attempt)
+
+    def advance(
+        self,
+        upserts: list[tuple[str, Row]],
+        deletes: list[str],
+        file_meta_doc: dict[str, Any],
+        attempt: str,
+    ) -> None:
+        """Once this batch's delta (written by ``attempt``) is in the checkpoint: move the
         cache to it, and write a snapshot when one is due."""
         assert self._cache is not None, "open() first"
         version = self._batch_id
-        self._attempt = attempt = os.urandom(6).hex()
-        self.stats.delta_bytes = self.checkpoint.write_table(
-            self.tp, version, "delta", table, attempt
-        )
+        self._attempt = attempt
         # The checkpoint is written first: a cache ahead of the checkpoint would be wrong,
         # a cache behind it is merely rebuilt.
         meta_json = file_meta_doc["meta"]
         header = {"epoch": self.epoch, "version": version, "meta": meta_json, "attempt": attempt}
         self._keys = self._cache.write(upserts, deletes, header, keys_before=self._keys)
+        if self.snapshot_due():
+            self._snapshot(version, file_meta_doc)
+            self._cleanup()
+
+    def snapshot_due(self) -> bool:
+        """Whether this batch's commit writes a snapshot (every ``snapshot_interval`` deltas;
+        the first after :func:`snapshot_after`)."""
         last_snapshot = max((f.version for f in self._versions if f.kind == "snapshot"), default=-1)
         deltas_since = (
             sum(1 for f in self._versions if f.kind == "delta" and f.version > last_snapshot) + 1
@@ -336,9 +369,24 @@ class PartitionStore:
         interval = self.options.snapshot_interval
         if last_snapshot < 0:  # the first one sets the partition's phase (then every interval)
             interval = snapshot_after(self.tp, interval)
-        if deltas_since >= interval:
-            self._snapshot(version, file_meta_doc)
-            self._cleanup(version)
+        return deltas_since >= interval
+
+    def keep_from(self, snapshot_now: bool) -> int:
+        """The oldest version this partition's re-run or rebuild may read once this batch
+        commits (with a snapshot of it when ``snapshot_now``); -1: every version.
+
+        The batch is not committed yet: if its commit fails, its re-run opens the version
+        before it, from the previous snapshot and the deltas after it (all deltas when there
+        is none), so those stay whatever ``retain_versions`` says. Deleting by
+        ``retain_versions`` alone lost the keys of a partition's first deltas when its first
+        snapshot came more than ``retain_versions`` deltas in (:func:`snapshot_after`).
+        """
+        snapshots = [f.version for f in self._versions if f.kind == "snapshot"]
+        if snapshot_now:
+            snapshots.append(self._batch_id)
+        if len(snapshots) < 2:
+            return -1
+        return min(snapshots[-1] - self.options.retain_versions, snapshots[-2])
 
     def _snapshot(self, version: int, meta_doc: dict[str, Any]) -> None:
         assert self._cache is not None
@@ -347,18 +395,11 @@ class PartitionStore:
         self.checkpoint.write_table(self.tp, version, "snapshot", table, self._attempt)
         self.stats.snapshot_written = True
 
-    def _cleanup(self, snapshot_version: int) -> None:
-        # The batch is not committed yet: if its commit fails, its re-run opens the version
-        # before it, from the previous snapshot and the deltas after it (all deltas when
-        # there is none), so those stay whatever ``retain_versions`` says. Deleting by
-        # ``retain_versions`` alone lost the keys of a partition's first deltas when its
-        # first snapshot came more than ``retain_versions`` deltas in (snapshot_after).
-        previous = [f.version for f in self._versions if f.kind == "snapshot"]
-        if not previous:
-            return
-        keep_from = min(snapshot_version - self.options.retain_versions, previous[-1])
+    def _cleanup(self) -> None:
+        keep_from = self.keep_from(snapshot_now=True)
         for f in self._versions:
-            if f.version < keep_from:
+            # Task files hold other partitions too: they go by their own rule (task_deltas).
+            if f.version < keep_from and f.part is None:
                 self.checkpoint.delete(f.path)
 
     def key_count(self) -> int:
@@ -391,53 +432,3 @@ class PartitionStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-#: Rows of deltas built into one table at a time: enough to gather thousands of small deltas,
-#: few enough that a task's large deltas are not all held in memory at once.
-TABLE_ROWS = 16_384
-
-
-def commit_partitions(
-    commits: Iterable[tuple[PartitionStore, dict[str, KeyEntry | None], PartitionMeta]],
-) -> None:
-    """Commit this batch's changes of several open partitions (of one task): each writes
-    its delta file, moves its cache and maybe writes a snapshot, as :meth:`PartitionStore.commit`.
-
-    The rows of consecutive deltas, up to about :data:`TABLE_ROWS`, become one Arrow table and
-    each file a slice of it: building a table costs ~100 us whatever its rows (ten arrays),
-    which at thousands of partitions per task, a few keys each, was a fifth of the state
-    commit. ``commits`` is consumed as it goes, a table's worth at a time.
-    """
-    chunk: list[tuple[PartitionStore, dict[str, KeyEntry | None], PartitionMeta]] = []
-    rows = 0
-    for commit in commits:
-        chunk.append(commit)
-        rows += len(commit[1])
-        if rows >= TABLE_ROWS:
-            _commit_together(chunk)
-            chunk, rows = [], 0
-    if chunk:
-        _commit_together(chunk)
-
-
-def _commit_together(
-    commits: list[tuple[PartitionStore, dict[str, KeyEntry | None], PartitionMeta]],
-) -> None:
-    """Commit ``commits`` with their deltas built as one table (:func:`commit_partitions`)."""
-    started = time.perf_counter()
-    parts: list[tuple[PartitionStore, list[tuple[str, Row]], list[str], dict[str, Any]]] = []
-    for store, changes, meta in commits:
-        store.stats.changed_keys = len(changes)
-        doc = {"version": store._batch_id, "epoch": store.epoch, "meta": meta.to_json()}
-        parts.append((store, *store._delta_rows(changes), doc))
-    table = table_of_segments([(upserts, deletes) for _, upserts, deletes, _ in parts])
-    shared = (time.perf_counter() - started) / max(len(parts), 1)
-    offset = 0
-    for store, upserts, deletes, doc in parts:
-        own = time.perf_counter()
-        rows = len(upserts) + len(deletes)
-        piece = with_meta(table.slice(offset, rows), doc)
-        offset += rows
-        store._write_delta(piece, upserts, deletes, doc)
-        store.stats.commit_seconds = shared + time.perf_counter() - own

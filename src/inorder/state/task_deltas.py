@@ -1,0 +1,231 @@
+"""State format 3: one delta file per task and batch, holding every partition the task committed.
+
+Under the checkpoint's ``state/`` directory::
+
+    _deltas/<version:020d>.<attempt>.arrow    the deltas of one task's partitions in a batch
+
+With one delta file per topic-partition and batch (format 2), a running pipeline at 1,000
+sites spent about 45% of its engine tasks' time on the file system: creating, renaming,
+syncing, listing and deleting those files (docs/benchmarks.md). A task file holds the same
+rows, partition after partition (each partition's upserts, then its tombstones), in one
+Arrow IPC file whose buffers Arrow compresses with zstd: its footer, which holds the index,
+reads without the rest. The index (the schema's ``inorder.index`` metadata) names each
+partition's slice, its meta (the format 2 file's ``meta``) and ``keep_from``: the oldest
+version a re-run or rebuild of that partition may still read, as of that batch.
+
+Snapshots stay one file per partition (format 2's names), written every
+``snapshot_interval`` deltas as before. A partition's versions are its own directory's files
+and its slices of the task files (:meth:`TaskFiles.entries`); a checkpoint may hold both
+(format 2 deltas before the switch, task files after), chained by version as ever.
+
+A task file goes when no partition in it can need it: every partition it holds has a newer
+slice, in a file of a committed batch, whose ``keep_from`` is past the file's version
+(:meth:`TaskFiles.unneeded`). A partition that stops appearing (its topic gone) keeps the
+files holding its last slices, as format 2 kept its last files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as paipc
+
+from inorder.records import TopicPartition
+from inorder.state.file_schema import META_KEY, VersionFile, damaged_file
+from inorder.storage.fs import Location, list_names
+
+#: The directory of task files, under the checkpoint's ``state/``.
+DELTAS_DIR = "_deltas"
+#: The index's key in a task file's schema metadata.
+INDEX_KEY = b"inorder.index"
+_NAME = re.compile(r"^(-?\d{19,20})\.([0-9a-f]{12})\.arrow$")
+# Arrow's own compression, per buffer: a task file holds thousands of partitions' rows in ten
+# columns, so its codec's fixed cost is paid a few times per file (format 2 compressed each
+# small file whole because per buffer it was paid per partition).
+_IPC_OPTIONS = paipc.IpcWriteOptions(compression="zstd", use_threads=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PartSlice:
+    """One partition's rows in a task file."""
+
+    start: int
+    rows: int
+    #: The partition's meta after the batch (the ``meta`` of a format 2 delta's metadata).
+    meta: dict[str, Any]
+    #: Versions older than this are not read by this partition's re-run or rebuild.
+    keep_from: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskIndex:
+    """What a task file holds: its batch, the state epoch, and each partition's slice."""
+
+    version: int
+    epoch: str
+    parts: dict[tuple[str, int], PartSlice]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFile:
+    """One task file as listed."""
+
+    version: int
+    attempt: str
+    path: str
+
+
+def task_file_name(version: int, attempt: str) -> str:
+    """The name of the task file of batch ``version`` written by ``attempt``."""
+    return f"{version:020d}.{attempt}.arrow"
+
+
+def encode_task_file(table: pa.Table, epoch: str, version: int, parts: list[Any]) -> bytes:
+    """The bytes of a task file: ``table`` (every partition's rows, in the order of ``parts``),
+    with the index of ``parts``: ``[topic, partition, start, rows, meta, keep_from]`` each."""
+    index = {"version": version, "epoch": epoch, "parts": parts}
+    table = table.replace_schema_metadata({INDEX_KEY: json.dumps(index).encode()})
+    out = pa.BufferOutputStream()
+    with paipc.new_file(out, table.schema, options=_IPC_OPTIONS) as writer:
+        writer.write_table(table)
+    data: bytes = out.getvalue().to_pybytes()
+    return data
+
+
+def _decode_index(raw: bytes) -> TaskIndex:
+    doc = json.loads(raw)
+    parts = {
+        (topic, int(partition)): PartSlice(int(start), int(rows), meta, int(keep_from))
+        for topic, partition, start, rows, meta, keep_from in doc["parts"]
+    }
+    return TaskIndex(int(doc["version"]), str(doc["epoch"]), parts)
+
+
+class _Cache:
+    """Per process: task files' indexes (files never change: each is named by its attempt)
+    and the last few files' tables (a moved or rebuilt partition reads slices of the same
+    files as the others of its task)."""
+
+    def __init__(self, indexes: int = 4096, tables: int = 4) -> None:
+        self._lock = threading.Lock()
+        self._indexes: OrderedDict[str, TaskIndex] = OrderedDict()
+        self._tables: OrderedDict[str, pa.Table] = OrderedDict()
+        self._limits = (indexes, tables)
+
+    def index(self, location: Location, path: str) -> TaskIndex:
+        with self._lock:
+            found = self._indexes.get(path)
+        if found is not None:
+            return found
+        with location.filesystem.open_input_file(path) as source:
+            schema = paipc.open_file(source).schema
+        raw = (schema.metadata or {}).get(INDEX_KEY)
+        if raw is None:
+            raise pa.ArrowInvalid("no index in its metadata")
+        index = _decode_index(raw)
+        self._keep(self._indexes, path, index, self._limits[0])
+        return index
+
+    def table(self, location: Location, path: str) -> pa.Table:
+        with self._lock:
+            found = self._tables.get(path)
+        if found is not None:
+            return found
+        with location.filesystem.open_input_file(path) as source:
+            table = paipc.open_file(source).read_all()
+        # As format 2: IPC carries no checksum, so a damaged file must fail here, by name.
+        table.validate(full=True)
+        self._keep(self._tables, path, table, self._limits[1])
+        return table
+
+    def _keep(self, cache: OrderedDict[str, Any], path: str, value: Any, limit: int) -> None:
+        with self._lock:
+            cache[path] = value
+            while len(cache) > limit:
+                cache.popitem(last=False)
+
+
+_CACHE = _Cache()
+
+
+def read_index(location: Location, path: str) -> TaskIndex:
+    """The index of the task file at ``path``; a damaged one is a named
+    :class:`~inorder.errors.StorageError`."""
+    try:
+        return _CACHE.index(location, path)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowInvalid, OSError, KeyError, ValueError, TypeError) as exc:
+        raise damaged_file(path, exc) from None
+
+
+def read_slice(location: Location, path: str, part: tuple[str, int]) -> pa.Table:
+    """The rows of ``part`` in the task file at ``path``, with the metadata a format 2 delta
+    of that partition and batch carries (``version``, ``epoch``, ``meta``)."""
+    index = _CACHE.index(location, path)
+    entry = index.parts[part]
+    rows = _CACHE.table(location, path).slice(entry.start, entry.rows)
+    doc = {"version": index.version, "epoch": index.epoch, "meta": entry.meta}
+    return rows.replace_schema_metadata({META_KEY: json.dumps(doc).encode()})
+
+
+class TaskFiles:
+    """The task files of one checkpoint as listed once (a task lists them at its first
+    partition's open and asks for each of its partitions)."""
+
+    def __init__(self, location: Location, directory: str) -> None:
+        self.location = location
+        self.files: list[TaskFile] = []
+        for name, path in list_names(location, directory):
+            m = _NAME.match(name)
+            if m is not None:
+                self.files.append(TaskFile(int(m.group(1)), m.group(2), path))
+        self.files.sort(key=lambda f: (f.version, f.attempt))
+        self._by_part: dict[tuple[str, int], list[VersionFile]] | None = None
+
+    def index(self, file: TaskFile) -> TaskIndex:
+        """The index of ``file``."""
+        return read_index(self.location, file.path)
+
+    def entries(self, tp: TopicPartition) -> list[VersionFile]:
+        """``tp``'s versions in task files, oldest first."""
+        if self._by_part is None:
+            by_part: dict[tuple[str, int], list[VersionFile]] = {}
+            for f in self.files:
+                for part in self.index(f).parts:
+                    entry = VersionFile(f.version, "delta", f.path, f.attempt, part)
+                    by_part.setdefault(part, []).append(entry)
+            self._by_part = by_part
+        return list(self._by_part.get((tp.topic, tp.partition), ()))
+
+    def stale(self, tp: TopicPartition, batch_id: int) -> list[str]:
+        """Task files of batch ``batch_id`` or later holding ``tp``: written by attempts that
+        never committed (the batch runs again now), so they go before it writes its own."""
+        part = (tp.topic, tp.partition)
+        return [f.path for f in self.files if f.version >= batch_id and part in self.index(f).parts]
+
+    def unneeded(self, batch_id: int, keep: dict[tuple[str, int], int]) -> list[str]:
+        """Task files of batches before ``batch_id`` that no partition can read any more.
+
+        ``keep`` holds ``keep_from`` of partitions committed by this batch's task (this
+        attempt's snapshots included: the rule itself keeps what a re-run of it reads); the
+        others' come from their newest slice in a file of a batch before ``batch_id``
+        (committed batches: the batch running now is the only one that may not be).
+        """
+        committed = [f for f in self.files if f.version < batch_id]
+        newest: dict[tuple[str, int], int] = {}
+        for f in reversed(committed):
+            for part, entry in self.index(f).parts.items():
+                newest.setdefault(part, entry.keep_from)
+        newest.update(keep)
+        return [
+            f.path
+            for f in committed
+            if all(newest.get(part, -1) > f.version for part in self.index(f).parts)
+        ]
