@@ -44,6 +44,7 @@ from inorder.engine.partition import PartitionBackend  # noqa: E402
 from inorder.engine.task import run_task  # noqa: E402
 from inorder.kafka.consumer import SOURCE_ARROW_SCHEMA  # noqa: E402
 from inorder.pipeline.config import validate  # noqa: E402
+from inorder.state.store import StateOptions  # noqa: E402
 
 #: The engine's input columns (``INPUT_EXPRS``): the source's, with the headers as JSON text.
 INPUT = SOURCE_ARROW_SCHEMA.remove(SOURCE_ARROW_SCHEMA.get_field_index("headers")).append(
@@ -111,6 +112,12 @@ def main() -> None:
         default="bucket",
         help="output partitioned by topic, or by topic_bucket (32 buckets)",
     )
+    parser.add_argument(
+        "--state-deltas",
+        choices=["partition", "task"],
+        default="partition",
+        help="a state delta file per topic-partition, or one per task (state format 3)",
+    )
     args = parser.parse_args()
     by_tp = records(args.partitions, args.records, args.batches)
     work = Path(tempfile.mkdtemp(prefix="inorder-task-profile-"))
@@ -148,7 +155,9 @@ def profile_task(
         checkpoint=str(work / "checkpoint" / "engine"),
         sink=pipeline.sink,
         dead_letter_sink=pipeline.dead_letter,
+        state_options=StateOptions(delta_files=args.state_deltas),
     )
+    backend.check()
     profile = cProfile.Profile()
     cpu = 0.0
     timed = 0

@@ -39,8 +39,16 @@ def entry(n: int) -> KeyEntry:
 class Job:
     """A task committing all of :data:`TPS` in each batch, in one mode."""
 
-    def __init__(self, root: Path, cache: Path, mode: str, interval: int, retain: int) -> None:
-        self.checkpoint = CheckpointStore(str(root))
+    def __init__(
+        self,
+        root: Path | str,
+        cache: Path,
+        mode: str,
+        interval: int,
+        retain: int,
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        self.checkpoint = CheckpointStore(str(root), storage_options)
         self.options = StateOptions(
             snapshot_interval=interval,
             retain_versions=retain,
@@ -155,3 +163,17 @@ def test_a_damaged_task_file_is_named(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "tc")
     with pytest.raises(StorageError, match=r"state file .*\.arrow is damaged"):
         job.state(1)
+
+
+def test_task_files_on_s3(s3: Any, tmp_path: Path) -> None:
+    rng = random.Random(5)
+    per_part = Job(tmp_path / "p", tmp_path / "pc", "partition", 2, 0)
+    root = s3.new_prefix()
+    per_task = Job(root, tmp_path / "tc", "task", 2, 0, s3.storage_options())
+    for b in range(8):
+        changes = random_changes(rng, b)
+        per_part.batch(b, changes)
+        per_task.batch(b, changes)
+    assert per_task.state(8, tmp_path / "cold") == per_part.state(8)
+    left = per_task.checkpoint.task_files().files
+    assert 0 < len(left) < 8 and len({f.version for f in left}) == len(left)

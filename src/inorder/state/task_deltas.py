@@ -107,16 +107,21 @@ def _decode_index(raw: bytes) -> TaskIndex:
     return TaskIndex(int(doc["version"]), str(doc["epoch"]), parts)
 
 
+#: Bytes of decoded task files a process keeps. Partitions rebuilding together (a task on a
+#: new executor) read the same 20-40 files, one slice each: decoded once, not once a partition.
+TABLE_CACHE_BYTES = 256 << 20
+
+
 class _Cache:
     """Per process: task files' indexes (files never change: each is named by its attempt)
-    and the last few files' tables (a moved or rebuilt partition reads slices of the same
-    files as the others of its task)."""
+    and the newest decoded files up to :data:`TABLE_CACHE_BYTES`."""
 
-    def __init__(self, indexes: int = 4096, tables: int = 4) -> None:
+    def __init__(self, indexes: int = 4096) -> None:
         self._lock = threading.Lock()
         self._indexes: OrderedDict[str, TaskIndex] = OrderedDict()
         self._tables: OrderedDict[str, pa.Table] = OrderedDict()
-        self._limits = (indexes, tables)
+        self._table_bytes = 0
+        self._limit = indexes
 
     def index(self, location: Location, path: str) -> TaskIndex:
         with self._lock:
@@ -129,7 +134,10 @@ class _Cache:
         if raw is None:
             raise pa.ArrowInvalid("no index in its metadata")
         index = _decode_index(raw)
-        self._keep(self._indexes, path, index, self._limits[0])
+        with self._lock:
+            self._indexes[path] = index
+            while len(self._indexes) > self._limit:
+                self._indexes.popitem(last=False)
         return index
 
     def table(self, location: Location, path: str) -> pa.Table:
@@ -141,14 +149,13 @@ class _Cache:
             table = paipc.open_file(source).read_all()
         # As format 2: IPC carries no checksum, so a damaged file must fail here, by name.
         table.validate(full=True)
-        self._keep(self._tables, path, table, self._limits[1])
-        return table
-
-    def _keep(self, cache: OrderedDict[str, Any], path: str, value: Any, limit: int) -> None:
         with self._lock:
-            cache[path] = value
-            while len(cache) > limit:
-                cache.popitem(last=False)
+            if path not in self._tables and table.nbytes <= TABLE_CACHE_BYTES:
+                self._tables[path] = table
+                self._table_bytes += table.nbytes
+            while self._table_bytes > TABLE_CACHE_BYTES:
+                self._table_bytes -= self._tables.popitem(last=False)[1].nbytes
+        return table
 
 
 _CACHE = _Cache()
@@ -187,28 +194,20 @@ class TaskFiles:
             if m is not None:
                 self.files.append(TaskFile(int(m.group(1)), m.group(2), path))
         self.files.sort(key=lambda f: (f.version, f.attempt))
-        self._by_part: dict[tuple[str, int], list[VersionFile]] | None = None
 
     def index(self, file: TaskFile) -> TaskIndex:
         """The index of ``file``."""
         return read_index(self.location, file.path)
 
     def entries(self, tp: TopicPartition) -> list[VersionFile]:
-        """``tp``'s versions in task files, oldest first."""
-        if self._by_part is None:
-            by_part: dict[tuple[str, int], list[VersionFile]] = {}
-            for f in self.files:
-                for part in self.index(f).parts:
-                    entry = VersionFile(f.version, "delta", f.path, f.attempt, part)
-                    by_part.setdefault(part, []).append(entry)
-            self._by_part = by_part
-        return list(self._by_part.get((tp.topic, tp.partition), ()))
-
-    def stale(self, tp: TopicPartition, batch_id: int) -> list[str]:
-        """Task files of batch ``batch_id`` or later holding ``tp``: written by attempts that
-        never committed (the batch runs again now), so they go before it writes its own."""
+        """``tp``'s versions in task files, oldest first (a lookup per file: the indexes
+        are read once per process)."""
         part = (tp.topic, tp.partition)
-        return [f.path for f in self.files if f.version >= batch_id and part in self.index(f).parts]
+        return [
+            VersionFile(f.version, "delta", f.path, f.attempt, part)
+            for f in self.files
+            if part in self.index(f).parts
+        ]
 
     def unneeded(self, batch_id: int, keep: dict[tuple[str, int], int]) -> list[str]:
         """Task files of batches before ``batch_id`` that no partition can read any more.
