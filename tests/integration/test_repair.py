@@ -108,6 +108,7 @@ def lose_state(checkpoint: Path) -> None:
     state = checkpoint / "engine" / "state"
     for victim in sorted(p for p in state.glob("*/*") if p.is_dir()):
         shutil.rmtree(victim)
+    shutil.rmtree(state / "_deltas", ignore_errors=True)  # the task files (state format 3)
 
 
 def snapshot(*roots: Path) -> dict[str, bytes]:

@@ -39,8 +39,13 @@ class Harness:
         storage_options: dict[str, str] | None = None,
     ) -> None:
         self.checkpoint = CheckpointStore(root, storage_options)
+        # A file per partition (format 2): what these tests look at; task files are
+        # tests/integration/test_task_deltas.py's, against this layout.
         self.options = StateOptions(
-            snapshot_interval=interval, retain_versions=retain, cache_dir=str(cache)
+            snapshot_interval=interval,
+            retain_versions=retain,
+            cache_dir=str(cache),
+            delta_files="partition",
         )
 
     def store(self) -> PartitionStore:

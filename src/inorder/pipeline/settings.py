@@ -61,11 +61,11 @@ SECTIONS: dict[str, dict[str, Setting]] = {
         ),
         "state_deltas": Setting(
             str,
-            "partition",
-            'Where a batch\'s state deltas go: "partition" (a file per topic-partition, state '
-            'format 2) or "task" (one file per engine task holding all its partitions\', '
-            "state format 3: far fewer files at many topic-partitions; a checkpoint written "
-            "so is refused by releases before it).",
+            "task",
+            'Where a batch\'s state deltas go: "task" (one file per engine task holding all '
+            "its partitions', state format 3: far fewer files at many topic-partitions; "
+            'releases before it refuse the checkpoint) or "partition" (a file per '
+            "topic-partition, state format 2, which those releases read).",
         ),
         "progress": Setting(
             str,

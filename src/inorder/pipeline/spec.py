@@ -63,9 +63,9 @@ class PipelineSpec(Generic[Msg, State, Out]):
     #: ``inorder run``'s exit code when the policy set data aside (dead-lettered, reset or
     #: ignored records) in a run that otherwise ended normally; 0 to treat that as success.
     set_aside_exit_code: int = 3
-    #: Where the partition backend writes a batch's state deltas: ``"partition"``, a file per
-    #: topic-partition, or ``"task"``, one file per task (state format 3: docs/state.md).
-    state_deltas: str = "partition"
+    #: Where the partition backend writes a batch's state deltas: ``"task"``, one file per
+    #: task (state format 3: docs/state.md), or ``"partition"``, a file per topic-partition.
+    state_deltas: str = "task"
 
     def __post_init__(self) -> None:
         if not isinstance(self.processor, Processor):

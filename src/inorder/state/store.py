@@ -70,10 +70,10 @@ class StateOptions:
     snapshot_interval: int = 20
     retain_versions: int = 20
     cache_dir: str | None = None
-    #: Where a batch's deltas go: ``"partition"``, a file per topic-partition (state format
-    #: 2), or ``"task"``, one file per task holding all its partitions' (format 3,
-    #: :mod:`inorder.state.task_deltas`; an earlier release then refuses the checkpoint).
-    delta_files: str = "partition"
+    #: Where a batch's deltas go: ``"task"``, one file per task holding all its partitions'
+    #: (state format 3, :mod:`inorder.state.task_deltas`; a release before it refuses the
+    #: checkpoint), or ``"partition"``, a file per topic-partition (format 2).
+    delta_files: str = "task"
     # Opening and closing a RocksDB database costs 30-100 ms; an open one costs up to ~210
     # file descriptors (state/registry.py) and its unflushed writes are bounded per process
     # (state/cache.py). Any value above 0 keeps the process's one database of a checkpoint.
