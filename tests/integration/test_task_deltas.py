@@ -56,25 +56,30 @@ class Job:
             delta_files=mode,
         )
 
-    def stores(self, batch_id: int) -> list[PartitionStore]:
+    def stores(self, batch_id: int, tps: list[TopicPartition]) -> list[PartitionStore]:
         listed = self.checkpoint.task_files()
         stores = [
             PartitionStore(self.checkpoint, tp, CODEC, "e", self.options, listed=listed)
-            for tp in TPS
+            for tp in tps
         ]
         for store in stores:
             store.open(batch_id)
         return stores
 
-    def batch(self, batch_id: int, changes: list[dict[str, KeyEntry | None]]) -> None:
-        stores = self.stores(batch_id)
-        with self.checkpoint.durable_together():
-            commit_partitions(
-                (store, changes[i], PartitionMeta(batch_id * 100 + i, None))
-                for i, store in enumerate(stores)
-            )
-        for store in stores:
-            store.close()
+    def batch(
+        self, batch_id: int, changes: list[dict[str, KeyEntry | None]], tasks: int = 1
+    ) -> None:
+        """Batch ``batch_id`` in ``tasks`` tasks (each a share of the partitions)."""
+        for task in range(tasks):
+            mine = [i for i in range(len(TPS)) if i % tasks == task]
+            stores = self.stores(batch_id, [TPS[i] for i in mine])
+            with self.checkpoint.durable_together():
+                commit_partitions(
+                    (store, changes[i], PartitionMeta(batch_id * 100 + i, None))
+                    for i, store in zip(mine, stores, strict=True)
+                )
+            for store in stores:
+                store.close()
 
     def state(self, batch_id: int, cache: Path | None = None) -> list[Any]:
         """Every partition's keys and meta as a batch ``batch_id`` would open them."""
@@ -177,3 +182,18 @@ def test_task_files_on_s3(s3: Any, tmp_path: Path) -> None:
     assert per_task.state(8, tmp_path / "cold") == per_part.state(8)
     left = per_task.checkpoint.task_files().files
     assert 0 < len(left) < 8 and len({f.version for f in left}) == len(left)
+
+
+def test_partitions_moving_between_tasks(tmp_path: Path) -> None:
+    # The tasks' shares change from batch to batch (a new site, other cores): every task
+    # file ends up holding partitions of several later tasks; none goes while one needs it.
+    rng = random.Random(11)
+    per_part = Job(tmp_path / "p", tmp_path / "pc", "partition", 2, 1)
+    per_task = Job(tmp_path / "t", tmp_path / "tc", "task", 2, 1)
+    for b in range(16):
+        changes = random_changes(rng, b)
+        per_part.batch(b, changes)
+        per_task.batch(b, changes, tasks=[1, 2, 3][b % 3])
+        assert per_task.state(b + 1, tmp_path / f"cold-{b}") == per_part.state(b + 1)
+    left = per_task.checkpoint.task_files().files
+    assert min(f.version for f in left) > 4, [f.version for f in left]
