@@ -60,14 +60,15 @@ def test_a_0_1_0_checkpoint_and_output_resume(kafka: Any, tmp_path: Path) -> Non
     done = _cli(tmp_path, "run", "pipeline.toml", "--set", bootstrap)
     assert done.returncode == 0, done.stderr
 
-    # The state directory was raised to format 2, epoch and fingerprint kept; 0.1.0's Parquet
-    # deltas were read and stay, the resumed batches wrote Arrow IPC files.
-    assert json.loads((state / "_meta.json").read_text()) == {**meta_before, "format": 2}
+    # The state directory was raised to format 3, epoch and fingerprint kept; 0.1.0's Parquet
+    # deltas were read and stay, the resumed batches wrote task files (state/_deltas).
+    assert json.loads((state / "_meta.json").read_text()) == {**meta_before, "format": 3}
     names = [p.name for p in state.rglob("*") if p.is_file() and p.name != "_meta.json"]
     old = sorted(n for n in names if n.endswith(".parquet"))
     assert len(old) == 8 and all(int(n[:20]) <= 1 for n in old), old
-    assert all(n.endswith(".arrow.zstd") and int(n[:20]) >= 2 for n in names if n not in old)
-    assert len(names) > len(old)
+    new = [p.name for p in (state / "_deltas").iterdir()]
+    assert new and all(n.endswith(".arrow") and int(n[:20]) >= 2 for n in new), new
+    assert sorted(old + new) == sorted(names)
 
     info = json.loads((tmp_path / "ck" / "inorder-checkpoint.json").read_text())
     assert info["pipeline"]["name"] == "compat"  # adopted: identity recorded on first resume

@@ -204,7 +204,15 @@ class TaskFiles:
         # Asked once per partition of the task: the process's cache (a lock and a lookup)
         # once per file instead (about 1 us a file and partition at 140 files).
         if self._indexed is None:
-            self._indexed = [(f, self.index(f).parts) for f in self.files]
+            indexed = []
+            for f in list(self.files):
+                try:
+                    indexed.append((f, self.index(f).parts))
+                except FileNotFoundError:
+                    # Deleted since the listing by another task of this batch: a stale
+                    # attempt's file or one no partition needs (either way, not one to read).
+                    self.files.remove(f)
+            self._indexed = indexed
         return self._indexed
 
     def entries(self, tp: TopicPartition) -> list[VersionFile]:
