@@ -1,8 +1,9 @@
 """Fault matrix, storage outages: the S3 server stops or errs mid-batch; the local disk fills.
 
 Each case runs the session-table job (``tests/fixtures/sessions_job.py``) as ``inorder run``
-subprocesses on a broker and, for S3 output, a SeaweedFS server of its own (fixed topic names:
-the same partitions on every run). The job's S3 endpoint is a fault-injecting proxy
+subprocesses on a broker of this module's own (fixed topic names, a prefix per case: the same
+partitions on every run) and, for S3 output, a SeaweedFS server: one of its own where the case
+stops it, else one the module's cases share. The job's S3 endpoint is a fault-injecting proxy
 (``tests/faults/s3_proxy.py``) in front of that server, so each fault lands at a known
 request: the first staged data file of a batch, a Parquet manifest, a Delta log entry. Where
 the server is stopped, the proxy goes down at that request (clients see refused connections
@@ -57,6 +58,10 @@ from tests.fixtures.sessions_job import (
 
 #: How long the S3 server stays stopped (seconds), on top of stopping and starting it.
 DOWN_SECONDS = 3.0
+#: The backlog of the S3 cases: three batches. Their faults land in the first batch or at the
+#: first commit, and two batches after it show the run (or the next one) going on; each batch
+#: more only added a second or two to every run that read it.
+S3_MESSAGES = 900
 #: The first request writing a data file of a batch, per sink format.
 STAGED = {
     "parquet": r"^(PUT|POST) /[^?]*/_inorder/staging/\d+/",
@@ -74,10 +79,14 @@ COMMIT = {
 # -- the services of one test -----------------------------------------------------------------
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[str]:
-    """A fresh broker on a free port for this test only; its bootstrap servers."""
-    state_dir = tmp_path / "broker"
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh broker on a free port for this module only; its bootstrap servers.
+
+    No case here stops it, and each reads topics of its own prefix: starting one per case
+    only cost time.
+    """
+    state_dir = tmp_path_factory.mktemp("broker")
     services.up(state_dir, kafka_port=0, only=["kafka"], die_with_parent=True)
     try:
         yield kafka_bootstrap_servers(state_dir)
@@ -113,28 +122,61 @@ class OwnS3:
         self.start()
 
 
+def _s3_settings(state_dir: Path) -> S3Settings:
+    entry = read_services_file(state_dir)["s3"]
+    return S3Settings(
+        entry["endpoint_url"], entry["access_key_id"], entry["secret_access_key"],
+        entry["region"], entry["bucket"],
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _proxied(state_dir: Path, tmp_path: Path) -> Iterator[OwnS3]:
+    """The server of ``state_dir`` behind a proxy of this test's own."""
+    proxy = S3Proxy(int(read_services_file(state_dir)["s3"]["port"]))
+    try:
+        yield OwnS3(state_dir, _s3_settings(state_dir), proxy)
+    finally:
+        proxy.close()
+        (tmp_path / "s3-requests.log").write_text("\n".join(proxy.seen))  # for a failure
+
+
 @pytest.fixture
 def own_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OwnS3]:
     """A SeaweedFS server on free ports in this test's directory, and its proxy."""
     state_dir = tmp_path / "s3"
     services.up(state_dir, s3_port=0, only=["s3"], die_with_parent=True)
-    proxy: S3Proxy | None = None
     try:
-        entry = read_services_file(state_dir)["s3"]
         # A restart reuses the S3 port (services.json); keep the internal ports too.
-        ports = dict(entry["internal_ports"])
+        ports = dict(read_services_file(state_dir)["s3"]["internal_ports"])
         monkeypatch.setattr(servers, "_internal_s3_ports", lambda port: ports)
-        settings = S3Settings(
-            entry["endpoint_url"], entry["access_key_id"], entry["secret_access_key"],
-            entry["region"], entry["bucket"],
-        )  # fmt: skip
-        proxy = S3Proxy(int(entry["port"]))
-        yield OwnS3(state_dir, settings, proxy)
+        with _proxied(state_dir, tmp_path) as own:
+            yield own
     finally:
-        if proxy is not None:
-            proxy.close()
-            (tmp_path / "s3-requests.log").write_text("\n".join(proxy.seen))  # for a failure
         services.down(state_dir, only=["s3"])
+
+
+@pytest.fixture(scope="module")
+def module_s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A SeaweedFS server for the cases that never stop it (its state directory).
+
+    Their faults are all injected by a proxy of each case's own in front of it, and each
+    writes under a name of its own, so one server serves them all: a server's start and
+    graceful stop per case cost about 3 s and showed nothing.
+    """
+    state_dir = tmp_path_factory.mktemp("s3")
+    services.up(state_dir, s3_port=0, only=["s3"], die_with_parent=True)
+    try:
+        yield state_dir
+    finally:
+        services.down(state_dir, only=["s3"])
+
+
+@pytest.fixture
+def proxied_s3(module_s3_server: Path, tmp_path: Path) -> Iterator[OwnS3]:
+    """The module's SeaweedFS server behind a fresh proxy of this test's own (never stopped)."""
+    with _proxied(module_s3_server, tmp_path) as own:
+        yield own
 
 
 # -- the job and its check --------------------------------------------------------------------
@@ -155,15 +197,16 @@ def make_job(
     seed: int,
     sink: dict[str, Any] | None = None,
     processor: dict[str, Any] | None = None,
+    messages: int = 1500,
 ) -> Job:
-    """Two sites of two partitions each, 300 records a batch (about five batches).
+    """Two sites of two partitions each, 300 records a batch (``messages`` / 300 batches).
 
     Every fault lands in the first batch, at a batch's commit or in batch ``FULL_AT``; the
     batches after it show the run (or the next one) going on from there.
     """
     simulation = two_partition_simulation(
         prefix, seed, sites=2, faulty=0.2, sessions_per_site=8, rows_per_snapshot=5,
-        messages=1500, restart_every=120,
+        messages=messages, restart_every=120,
     )  # fmt: skip
     result = simulate(simulation, bootstrap)
     sink = sink or {"path": str(work / "output"), "partition_by": ["topic"]}
@@ -243,7 +286,8 @@ def names_s3_unreachable(line: str) -> bool:
 def test_s3_server_stopped_mid_batch(
     fmt: str, broker: str, own_s3: OwnS3, tmp_path: Path, matrix: MatrixRecorder
 ) -> None:
-    job = make_job(broker, tmp_path, f"so{fmt[0]}-", 21, s3_sink(own_s3, fmt, f"stopped-{fmt}"))
+    sink = s3_sink(own_s3, fmt, f"stopped-{fmt}")
+    job = make_job(broker, tmp_path, f"so{fmt[0]}-", 21, sink, messages=S3_MESSAGES)
     proxy = own_s3.proxy
     commit = (
         "right after a Parquet batch's manifest (the commit point), during publication"
@@ -320,18 +364,19 @@ SLOW_ERRORS = {"connections reset for 3 s from a batch's first staged write"}
     [pytest.param(f, marks=[pytest.mark.slow] if f in SLOW_ERRORS else []) for f in ERRORS],
 )
 def test_s3_errors_for_a_while(
-    fault: str, broker: str, own_s3: OwnS3, tmp_path: Path, matrix: MatrixRecorder
+    fault: str, broker: str, proxied_s3: OwnS3, tmp_path: Path, matrix: MatrixRecorder
 ) -> None:
     fmt, arm = ERRORS[fault]
     number = list(ERRORS).index(fault)
     name = f"errors-{number}"
-    job = make_job(broker, tmp_path, f"se{number}-", 22, s3_sink(own_s3, fmt, name))
-    arm(own_s3.proxy)
+    sink = s3_sink(proxied_s3, fmt, name)
+    job = make_job(broker, tmp_path, f"se{number}-", 22, sink, messages=S3_MESSAGES)
+    arm(proxied_s3.proxy)
     run = DriverRun(job.toml)
     outcome, what, named = ended(run, names_s3)
-    own_s3.proxy.errors()  # what is left of a burst ends with the run
-    injected = own_s3.proxy.injected
-    assert injected, f"the fault was never injected: {own_s3.proxy.seen[-20:]}"
+    proxied_s3.proxy.errors()  # what is left of a burst ends with the run
+    injected = proxied_s3.proxy.injected
+    assert injected, f"the fault was never injected: {proxied_s3.proxy.seen[-20:]}"
     if outcome != "continued":
         finish(job.toml)
         what += "; the next run resumed"

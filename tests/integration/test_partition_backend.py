@@ -22,6 +22,7 @@ from inorder.errors import ConfigError, IntegrityError
 from inorder.integrity import Integrity
 from inorder.records import KafkaRecord, TopicPartition
 from inorder.sinks.parquet import ParquetSink, committed_files, read_committed
+from inorder.state.store import StateOptions
 from inorder.testing.memory import records_dataframe
 
 
@@ -33,7 +34,9 @@ def read_output(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def make_backend(tmp: Path, integrity: Integrity | None = None) -> PartitionBackend:
+def make_backend(
+    tmp: Path, integrity: Integrity | None = None, state_options: StateOptions | None = None
+) -> PartitionBackend:
     register_for_spark()
     return PartitionBackend(
         Tallier(),
@@ -41,6 +44,7 @@ def make_backend(tmp: Path, integrity: Integrity | None = None) -> PartitionBack
         integrity or Integrity.strict(),
         checkpoint=str(tmp / "ckpt"),
         sink=ParquetSink(str(tmp / "out")),
+        state_options=state_options,
     )
 
 
@@ -260,19 +264,8 @@ def test_a_batch_that_wrote_a_snapshot_and_did_not_commit_reruns_on_the_whole_st
 ) -> None:
     # Batch 3's tasks write a partition's second snapshot and clean up old versions; then
     # the batch does not commit (the sink, the driver). Its re-run must see every key.
-    from inorder.state.store import StateOptions
-
-    register_for_spark()
-    backend = PartitionBackend(
-        Tallier(),
-        MsgCodec(),
-        Integrity.strict(),
-        checkpoint=str(tmp_path / "ckpt"),
-        sink=ParquetSink(str(tmp_path / "out")),
-        state_options=StateOptions(
-            snapshot_interval=2, retain_versions=0, cache_dir=str(tmp_path / "cache")
-        ),
-    )
+    options = StateOptions(snapshot_interval=2, retain_versions=0, cache_dir=str(tmp_path / "c"))
+    backend = make_backend(tmp_path, state_options=options)
     batches = [[record(0, "a", v=1, t=0)]]
     batches += [[record(b, "b", v=b, t=float(b))] for b in range(1, 4)]
     batches += [[record(4, "a", v=2, t=4), record(5, "b", v=5, t=5)]]

@@ -3,12 +3,15 @@
 Layout under the checkpoint root::
 
     state/_meta.json                                  format, epoch id, state type fingerprint
-    state/<topic>/<partition>/<version:020d>.delta[.<attempt>].arrow.zstd    keys changed then
+    state/_deltas/<version:020d>.<attempt>.arrow      keys changed then, one task's partitions
+    state/<topic>/<partition>/<version:020d>.delta[.<attempt>].arrow.zstd    the same, one's
     state/<topic>/<partition>/<version:020d>.snapshot[.<attempt>].arrow.zstd all keys after it
     batches/<batch_id:020d>.json                      the batch's processing time
     batches/upto-<batch_id:020d>.parquet              processing times of batches <= that id
 
-State files are Arrow IPC files (format 2); those of format 1 (``.parquet``, the same schema
+Deltas are task files (format 3, :mod:`inorder.state.task_deltas`) or, with
+``delta_files = "partition"``, a file per partition. State files are Arrow IPC files (format
+2); those of format 1 (``.parquet``, the same schema
 and metadata) are read forever, and a partition may hold both: a file's encoding is its own,
 the versions chain across them, and old files go as every file goes, by version (see
 ``docs/state.md``).

@@ -2,8 +2,9 @@
 
 Batch ``B`` of a topic-partition:
 
-1. :meth:`PartitionStore.open` finds the newest version ``V < B`` in the checkpoint (files at
-   or above ``B`` come from an attempt that was never committed: they are deleted). Each file
+1. :meth:`PartitionStore.open` finds the newest version ``V < B`` in the checkpoint, in the
+   partition's own files and its slices of task files (state format 3); files at or above
+   ``B`` come from an attempt that was never committed: they are deleted. Each file
    is named by the attempt that wrote it. If the local cache holds exactly ``V`` of this
    checkpoint (same epoch, same attempt) it is used as is: a cache moved to ``V`` by an
    attempt whose commit failed, when ``V`` was then re-run with other settings, holds other
@@ -15,8 +16,9 @@ Batch ``B`` of a topic-partition:
    process's view, brought up to date the same way (from deltas when it holds a version
    still in the checkpoint), and never opens a database of its own.
 2. The engine reads keys through :class:`CacheView` (only touched keys become Python objects).
-3. :meth:`PartitionStore.commit` writes the delta of ``B`` (changed keys: upserts with the
-   state's codec bytes and timer, deletes as tombstones) atomically to the checkpoint, then
+3. :func:`~inorder.state.store_commit.commit_partitions` writes the delta of ``B`` (changed
+   keys: upserts with the state's codec bytes and timer, deletes as tombstones) atomically to
+   the checkpoint (in the task's file, or a file of the partition's own), then
    every ``snapshot_interval`` versions (the first a little later: :func:`snapshot_after`)
    a full snapshot, then moves the cache to ``B`` and deletes versions older than both the
    last snapshot minus ``retain_versions`` and the snapshot before it (which a re-run of
