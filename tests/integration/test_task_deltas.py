@@ -197,3 +197,16 @@ def test_partitions_moving_between_tasks(tmp_path: Path) -> None:
         assert per_task.state(b + 1, tmp_path / f"cold-{b}") == per_part.state(b + 1)
     left = per_task.checkpoint.task_files().files
     assert min(f.version for f in left) > 4, [f.version for f in left]
+
+
+def test_task_files_go_after_a_switch_back_to_a_file_per_partition(tmp_path: Path) -> None:
+    rng = random.Random(13)
+    reference = Job(tmp_path / "r", tmp_path / "rc", "partition", 2, 0)
+    before = Job(tmp_path / "x", tmp_path / "xc", "task", 2, 0)
+    after = Job(tmp_path / "x", tmp_path / "xc", "partition", 2, 0)
+    for b in range(12):
+        changes = random_changes(rng, b)
+        reference.batch(b, changes)
+        (before if b < 4 else after).batch(b, changes)
+        assert after.state(b + 1, tmp_path / f"cold-{b}") == reference.state(b + 1)
+    assert not after.checkpoint.task_files().files

@@ -169,6 +169,7 @@ class PartitionStore:
         self.slot = slot
         #: The task files as the task listed them (listed at each open when ``None``).
         self.listed = listed
+        self._lists_itself = listed is None
         self.tp = tp
         self.state_codec = state_codec
         self.epoch = epoch
@@ -205,7 +206,7 @@ class PartitionStore:
         started = time.perf_counter()
         self._batch_id = batch_id
         self._keys = None
-        if self.listed is None:
+        if self._lists_itself:
             self.listed = self.checkpoint.task_files()
         versions = self.checkpoint.versions(self.tp, self.listed)
         for f in versions:

@@ -70,6 +70,9 @@ def _commit_together(
     offset = 0
     for store, upserts, deletes, doc in parts:
         own = time.perf_counter()
+        if store.listed is not None and store.listed.files:
+            # Task files of an earlier run in task files go by the same rule (never otherwise).
+            keep[(store.tp.topic, store.tp.partition)] = store.keep_from(store.snapshot_due())
         rows = len(upserts) + len(deletes)
         piece = with_meta(table.slice(offset, rows), doc)
         offset += rows
