@@ -145,17 +145,24 @@ def test_task_files_hold_the_same_state_as_files_per_partition(
     assert min(f.version for f in left.files) > 0
 
 
-def test_a_format_2_checkpoint_goes_on_in_task_files(tmp_path: Path) -> None:
-    rng = random.Random(7)
-    reference = Job(tmp_path / "r", tmp_path / "rc", "partition", 3, 1)
-    before = Job(tmp_path / "x", tmp_path / "xc", "partition", 3, 1)
-    after = Job(tmp_path / "x", tmp_path / "xc", "task", 3, 1)
-    for b in range(10):
+def switch_layouts(tmp_path: Path, first: str, then: str, interval: int, seed: int) -> Job:
+    """Batches 0-3 written with ``first`` deltas, 4-11 with ``then``, each version's state
+    checked against a checkpoint of files per partition throughout; the last job."""
+    rng = random.Random(seed)
+    reference = Job(tmp_path / "r", tmp_path / "rc", "partition", interval, 1)
+    before = Job(tmp_path / "x", tmp_path / "xc", first, interval, 1)
+    after = Job(tmp_path / "x", tmp_path / "xc", then, interval, 1)
+    for b in range(12):
         changes = random_changes(rng, b)
         reference.batch(b, changes)
         (before if b < 4 else after).batch(b, changes)
         assert after.state(b + 1, tmp_path / f"cold-{b}") == reference.state(b + 1)
-    assert after.state(10) == reference.state(10)
+    assert after.state(12) == reference.state(12)
+    return after
+
+
+def test_a_format_2_checkpoint_goes_on_in_task_files(tmp_path: Path) -> None:
+    switch_layouts(tmp_path, "partition", "task", 3, 7)
     # The per-partition deltas went with the snapshots after them, as ever.
     assert not list((tmp_path / "x/state").glob(f"site-*/*/{2:020d}.delta.*"))
 
@@ -200,13 +207,5 @@ def test_partitions_moving_between_tasks(tmp_path: Path) -> None:
 
 
 def test_task_files_go_after_a_switch_back_to_a_file_per_partition(tmp_path: Path) -> None:
-    rng = random.Random(13)
-    reference = Job(tmp_path / "r", tmp_path / "rc", "partition", 2, 0)
-    before = Job(tmp_path / "x", tmp_path / "xc", "task", 2, 0)
-    after = Job(tmp_path / "x", tmp_path / "xc", "partition", 2, 0)
-    for b in range(12):
-        changes = random_changes(rng, b)
-        reference.batch(b, changes)
-        (before if b < 4 else after).batch(b, changes)
-        assert after.state(b + 1, tmp_path / f"cold-{b}") == reference.state(b + 1)
+    after = switch_layouts(tmp_path, "task", "partition", 2, 13)
     assert not after.checkpoint.task_files().files
