@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument(
         "--state-deltas",
         choices=["partition", "task"],
-        default="partition",
+        default="task",
         help="a state delta file per topic-partition, or one per task (state format 3)",
     )
     args = parser.parse_args()
