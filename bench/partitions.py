@@ -1,7 +1,8 @@
 """Cost per record against the number of topic-partitions: the same job over 12 to 4,800.
 
 Run: ``.venv/bin/python bench/partitions.py [--partitions 12,120,1200] [--messages 400000]
-[--max-offsets 100000] [--rounds 3] [--vs CHECKOUT] [--with-set SECTION.KEY=VALUE] [--quick]``
+[--max-offsets 100000] [--rounds 3] [--vs CHECKOUT] [--with-set SECTION.KEY=VALUE] [--quick]
+[--with-limit] [--with-quix]``
 
 ``--quick`` (~5 minutes on 2 shared cores for 12/120/1,200): 200,000 messages, batches of
 50,000, one round. ``--partitions 12,120,1200,4800`` adds the 4,800 case (slow before the
@@ -23,6 +24,14 @@ first), the tasks' own phases summed over partitions per batch (``load``: openin
 ``state``: the state delta, ``write``: output, ``read``: Kafka, ``apply``) and the driver's
 ``commit``, each also as milliseconds per topic-partition per batch, plus the output files
 a steady batch committed, and output files and checkpoint bytes at the end.
+
+With ``--with-limit`` and ``--with-quix`` the same backlogs go to ``bench/cpu_per_record.py``'s
+other contenders too, alternating with inorder: the one-process limit (a confluent-kafka
+consumer over every partition doing the whole job; its steady CPU per record is its read
+loop's) and Quix Streams (exactly-once, a checkpoint every ``--max-offsets`` messages; its
+change rows are checked equal to inorder's after each round). A Quix run that stops short of
+the backlog (no message for 60 s: it stalled) is reported as such, not retried. Neither has
+inorder's phases, files or checkpoint: "-" in those columns.
 """
 
 from __future__ import annotations
@@ -39,7 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common
 import _process_tree as process_tree
-from cpu_per_record import DRIVER, _events, _steady
+import _quix as quix
+from cpu_per_record import DRIVER, _events, _steady, run_contender
 
 ROOT = common.ROOT
 
@@ -99,7 +109,7 @@ def run_once(
         "kind": kind,
         "wall": run.wall,
         "cpu": run.cpu,
-        "load": os.getloadavg()[0],
+        "load_avg": os.getloadavg()[0],
         "steady_us": float("nan"),
         "steady_rate": float("nan"),
     }
@@ -124,7 +134,28 @@ def run_once(
     result["checkpoint_parts"] = _parts(f"{work}/checkpoint")
     # The workers' RocksDB caches (TMPDIR is the run's directory: the default cache_dir).
     result["cache"] = _tree_bytes(f"{work}/inorder-state-cache")[1]
+    result["output"] = f"{work}/output"
     return result
+
+
+def run_other(kind: str, **kwargs: Any) -> dict[str, Any]:
+    """One run of the limit or Quix (``bench/cpu_per_record.py``'s contenders) over the same
+    backlog, in the shape of :func:`run_once`'s results ("-" for what only inorder has)."""
+    try:
+        r = run_contender(kind, ROOT, **kwargs)
+    except SystemExit as exc:
+        if kind != "quix":
+            raise
+        # Quix stops after 60 s without a message: short of the backlog, it stalled.
+        print(f"quix: {exc}", flush=True)
+        r = {"kind": kind, "wall": float("nan"), "cpu": float("nan"), "output": ""}
+        r["steady_us"] = r["steady_rate"] = float("nan")
+        r["stalled"] = str(exc).splitlines()[0]
+    r.update({phase: float("nan") for phase in PHASES})
+    r.update(batch_s=float("nan"), opens={}, batch_files=float("nan"), series=[])
+    r.update(files=-1, checkpoint=float("nan"), checkpoint_parts={}, cache=0)
+    r["load_avg"] = os.getloadavg()[0]
+    return r
 
 
 def _parts(checkpoint: str) -> dict[str, tuple[int, int]]:
@@ -159,7 +190,7 @@ def _line(n: int, r: dict[str, Any]) -> str:
         f"{r['steady_rate']:>8,.0f} rec/s  {r['batch_s']:.2f} s/batch  wall {r['wall']:.1f} s "
         f"cpu {r['cpu']:.1f} s  [{phases}] opens {r['opens']}  files {r['batch_files']:.0f} per "
         f"batch, {r['files']} in all  "
-        f"checkpoint {r['checkpoint'] / 1e6:.1f} MB  load {r['load']:.1f}  cache "
+        f"checkpoint {r['checkpoint'] / 1e6:.1f} MB  load average {r['load_avg']:.1f}  cache "
         f"{r['cache'] / 1e6:.1f} MB; checkpoint parts (files, MB): "
         + ", ".join(f"{k} {f} {b / 1e6:.2f}" for k, (f, b) in r["checkpoint_parts"].items())
         + "; slow batches (id: s, state s): "
@@ -167,30 +198,53 @@ def _line(n: int, r: dict[str, Any]) -> str:
     )
 
 
+def _shown(value: float, fmt: str) -> str:
+    """``value`` formatted, or "-" where a contender has no such figure (NaN)."""
+    return "-" if value != value else format(value, fmt)
+
+
+def _other_line(r: dict[str, Any]) -> str:
+    if "stalled" in r:
+        return f"stalled ({r['stalled']})"
+    return (
+        f"steady {r['steady_us']:6.1f} us/rec {r['steady_rate']:>8,.0f} rec/s  wall "
+        f"{r['wall']:.1f} s  cpu {r['cpu']:.1f} s  load average {r['load_avg']:.1f}"
+    )
+
+
 def report(results: dict[tuple[int, str], list[dict[str, Any]]], max_offsets: int) -> str:
     """Markdown table of the medians."""
     med = common.median
     rows = []
-    base = {kind: med([r["steady_us"] for r in rs]) for (n, kind), rs in results.items() if n == 12}
+    base = {
+        kind: med([r["steady_us"] for r in rs if "stalled" not in r])
+        for (n, kind), rs in results.items()
+        if n == 12
+    }
     for (n, kind), rs in sorted(results.items()):
-        us = med([r["steady_us"] for r in rs])
-        batch_s = med([r["batch_s"] for r in rs])
-        per_tp = med([r["batch_s"] / n * 1e3 for r in rs])
-        phases = " / ".join(f"{med([r[p] for r in rs]) / n * 1e3:.2f}" for p in PHASES)
+        ran = [r for r in rs if "stalled" not in r]
+        if not ran:
+            rows.append([n, kind, "stalled: " + rs[0]["stalled"], *["-"] * 9, len(rs)])
+            continue
+        us = med([r["steady_us"] for r in ran])
+        batch_s = med([r["batch_s"] for r in ran])
+        per_tp = med([r["batch_s"] / n * 1e3 for r in ran])
+        phases = " / ".join(_shown(med([r[p] for r in ran]) / n * 1e3, ".2f") for p in PHASES)
+        files = med([float(r["files"]) for r in ran])
         rows.append(
             [
                 n,
-                kind,
+                kind + (f" ({len(rs) - len(ran)} stalled)" if len(ran) < len(rs) else ""),
                 f"{us:.1f}",
                 f"{us / base[kind]:.2f}" if base.get(kind) else "-",
-                f"{med([r['steady_rate'] for r in rs]):,.0f}",
-                f"{batch_s:.2f}",
-                f"{per_tp:.2f}",
-                phases,
-                f"{med([r['wall'] for r in rs]):.1f}",
-                int(med([r["batch_files"] for r in rs])),
-                int(med([r["files"] for r in rs])),
-                f"{med([r['checkpoint'] for r in rs]) / 1e6:.1f}",
+                f"{med([r['steady_rate'] for r in ran]):,.0f}",
+                _shown(batch_s, ".2f"),
+                _shown(per_tp, ".2f"),
+                phases if ran[0]["kind"].startswith("inorder") else "-",
+                f"{med([r['wall'] for r in ran]):.1f}",
+                _shown(med([float(r["batch_files"]) for r in ran]), ".0f"),
+                "-" if files < 0 else int(files),
+                _shown(med([r["checkpoint"] for r in ran]) / 1e6, ".1f"),
                 len(rs),
             ]
         )
@@ -238,6 +292,10 @@ def main() -> int:
         default=[],
         help="also run this tree with this setting (e.g. pipeline.state_deltas=task)",
     )
+    parser.add_argument("--with-limit", action="store_true", help="also run the one-process limit")
+    parser.add_argument(
+        "--with-quix", action="store_true", help="also run Quix Streams (its own virtualenv)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.messages, args.max_offsets = 200_000, 50_000
@@ -256,6 +314,11 @@ def main() -> int:
         if not (other / "src" / "inorder").is_dir():
             parser.error(f"--vs: {other}/src/inorder is not a directory")
         contenders.append((f"inorder ({other.name})", other, ()))
+    if args.with_limit:
+        contenders.append(("limit", ROOT, ()))
+    if args.with_quix:
+        quix.ensure_venv(ROOT)
+        contenders.append(("quix", ROOT, ()))
     common.setup_env()
     if not process_tree.set_child_subreaper():
         print("warning: no subreaper; CPU is the sampled lower bound", flush=True)
@@ -285,8 +348,23 @@ def main() -> int:
             shift = round_no % len(contenders)
             for n in counts:
                 prefix, total = prefixes[n]
+                done: dict[str, dict[str, Any]] = {}
                 for kind, tree, sets in contenders[shift:] + contenders[:shift]:
-                    r = _run_retrying(
+                    if kind in ("limit", "quix"):
+                        r = done[kind] = run_other(
+                            kind,
+                            bootstrap=bootstrap,
+                            prefix=prefix,
+                            tmp=tmp,
+                            total=total,
+                            max_offsets=args.max_offsets,
+                            broker=broker,
+                            exclude=exclude,
+                        )
+                        results.setdefault((n, kind), []).append(r)
+                        print(f"round {round_no + 1}: {n:>5} tp {kind}: " + _other_line(r))
+                        continue
+                    r = done[kind] = _run_retrying(
                         kind,
                         tree,
                         bootstrap=bootstrap,
@@ -299,6 +377,9 @@ def main() -> int:
                     )
                     results.setdefault((n, kind), []).append(r)
                     print(f"round {round_no + 1}: " + _line(n, r), flush=True)
+                if done.get("quix", {}).get("output") and "inorder" in done:
+                    rows = quix.check_same(done["inorder"]["output"], done["quix"]["output"])
+                    print(f"round {round_no + 1}: {n} tp: quix's {rows:,} change rows = inorder's")
     loads.append(os.getloadavg())
     load = ", ".join(f"{a:.2f} {b:.2f} {c:.2f}" for a, b, c in loads)
     print(
