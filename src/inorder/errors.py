@@ -15,6 +15,11 @@ class ConfigError(InorderError):
     exit_code = 2
 
 
+class BrokerUnavailable(InorderError):
+    """The broker stopped answering while the run ran (it answered when the run started):
+    a broker failure, not a wrong setting, so exit code 1 rather than :class:`ConfigError`'s 2."""
+
+
 class DataLossError(InorderError):
     """Records the pipeline must read are gone (retention expired, topic deleted)."""
 

@@ -106,9 +106,10 @@ def test_broker_down_30_s_mid_batch(
     else:
         outcome = "named error"
         line = run.error_line()
-        # The planner met the outage: the line names the broker, not a trace.
-        named = "no broker answered" in line and "Traceback" not in line
-        what = f"the run ended with {line!r}; the next run resumed"
+        # The planner met the outage: the line names the broker, not a trace, and the exit
+        # code is a failure's (1), not a wrong setting's (2): the broker answered at start.
+        named = rc == 1 and "no broker answered" in line and "Traceback" not in line
+        what = f"the run ended with exit {rc}, {line!r}; the next run resumed"
         finish(job.toml)
     ok, check = exact_check(job)
     matrix.record(

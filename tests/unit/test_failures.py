@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from inorder.errors import ConfigError, DataLossError, InorderError, SinkError, StorageError
+from inorder.errors import (
+    BrokerUnavailable,
+    ConfigError,
+    DataLossError,
+    InorderError,
+    SinkError,
+    StorageError,
+)
 from inorder.pipeline.failures import explain_exception, explain_failure, find_unwritable
 
 SOURCE_FAILURE = """[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming \
@@ -62,7 +69,8 @@ def test_an_unreachable_broker_mid_run_is_named_not_the_trace() -> None:
     # "query failed: Failed when Python streaming data source perform latestOffset: Traceback".
     assert "BrokerUnreachable" in BROKER_GONE
     error = explain_failure(BROKER_GONE, "ck", "ck/inorder-run.log")
-    assert isinstance(error, ConfigError)
+    # A broker failure (exit 1), not a wrong setting (exit 2): it answered at the start.
+    assert isinstance(error, BrokerUnavailable) and error.exit_code == 1
     assert str(error).startswith(
         "kafka.bootstrap.servers=127.0.0.1:9: no broker answered within 30 s (timed out); "
         "the batch being planned was not committed"

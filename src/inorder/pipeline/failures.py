@@ -20,7 +20,14 @@ import re
 from dataclasses import dataclass
 
 from inorder.checkpoint.names import ENGINE_DIR, SPARK_DIR
-from inorder.errors import ConfigError, DataLossError, InorderError, IntegrityError, StorageError
+from inorder.errors import (
+    BrokerUnavailable,
+    ConfigError,
+    DataLossError,
+    InorderError,
+    IntegrityError,
+    StorageError,
+)
 
 #: A Python exception line: any class of inorder's own (``inorder.kafka.admin.BrokerUnreachable``)
 #: or one named like an error.
@@ -33,7 +40,9 @@ _KNOWN: dict[str, type[InorderError]] = {
     "DataLossError": DataLossError,
     "IntegrityError": IntegrityError,
     "InorderError": InorderError,
-    "BrokerUnreachable": ConfigError,
+    # Met while the query ran: the broker answered the start's checks, so it is a broker
+    # failure (exit 1), not a wrong bootstrap setting (the start's checks say that: exit 2).
+    "BrokerUnreachable": BrokerUnavailable,
 }
 #: What follows a known error met while the query ran (its message names the setting).
 _AFTER: dict[str, str] = {
