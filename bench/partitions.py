@@ -30,15 +30,18 @@ other contenders too, alternating with inorder: the one-process limit (a conflue
 consumer over every partition doing the whole job; its steady CPU per record is its read
 loop's) and Quix Streams (exactly-once, a checkpoint every ``--max-offsets`` messages; its
 change rows are checked equal to inorder's after each round). A Quix run that stops short of
-the backlog (no message for 60 s: it stalled) is reported as such, not retried. Neither has
-inorder's phases, files or checkpoint: "-" in those columns.
+the backlog (no message for 60 s, or still running after 15 minutes: it stalled) is reported
+as such, not retried. Neither has inorder's phases, files or checkpoint: "-" in those
+columns.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -138,9 +141,30 @@ def run_once(
     return result
 
 
+#: A Quix run still going after this many seconds is stopped and reported as stalled (it
+#: stops by itself only after 60 s without any message; a trickle would go on for hours).
+QUIX_LIMIT_S = 900.0
+
+
+def _stop_quix() -> None:
+    """SIGKILL this process's descendants that run the Quix program."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if any("quix_sessions.py" in part for part in child.cmdline()):
+                print(f"quix: still running after {QUIX_LIMIT_S:.0f} s: stopped", flush=True)
+                child.kill()
+
+
 def run_other(kind: str, **kwargs: Any) -> dict[str, Any]:
     """One run of the limit or Quix (``bench/cpu_per_record.py``'s contenders) over the same
     backlog, in the shape of :func:`run_once`'s results ("-" for what only inorder has)."""
+    watchdog = None
+    if kind == "quix":
+        watchdog = threading.Timer(QUIX_LIMIT_S, _stop_quix)
+        watchdog.daemon = True
+        watchdog.start()
     try:
         r = run_contender(kind, ROOT, **kwargs)
     except SystemExit as exc:
@@ -151,6 +175,9 @@ def run_other(kind: str, **kwargs: Any) -> dict[str, Any]:
         r = {"kind": kind, "wall": float("nan"), "cpu": float("nan"), "output": ""}
         r["steady_us"] = r["steady_rate"] = float("nan")
         r["stalled"] = str(exc).splitlines()[0]
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
     r.update({phase: float("nan") for phase in PHASES})
     r.update(batch_s=float("nan"), opens={}, batch_files=float("nan"), series=[])
     r.update(files=-1, checkpoint=float("nan"), checkpoint_parts={}, cache=0)
