@@ -377,31 +377,20 @@ def main() -> int:
                 prefix, total = prefixes[n]
                 done: dict[str, dict[str, Any]] = {}
                 for kind, tree, sets in contenders[shift:] + contenders[:shift]:
+                    common_args: dict[str, Any] = {
+                        "bootstrap": bootstrap,
+                        "prefix": prefix,
+                        "tmp": tmp,
+                        "total": total,
+                        "max_offsets": args.max_offsets,
+                        "exclude": exclude,
+                    }
                     if kind in ("limit", "quix"):
-                        r = done[kind] = run_other(
-                            kind,
-                            bootstrap=bootstrap,
-                            prefix=prefix,
-                            tmp=tmp,
-                            total=total,
-                            max_offsets=args.max_offsets,
-                            broker=broker,
-                            exclude=exclude,
-                        )
+                        r = done[kind] = run_other(kind, broker=broker, **common_args)
                         results.setdefault((n, kind), []).append(r)
                         print(f"round {round_no + 1}: {n:>5} tp {kind}: " + _other_line(r))
                         continue
-                    r = done[kind] = _run_retrying(
-                        kind,
-                        tree,
-                        bootstrap=bootstrap,
-                        prefix=prefix,
-                        tmp=tmp,
-                        total=total,
-                        max_offsets=args.max_offsets,
-                        exclude=exclude,
-                        sets=sets,
-                    )
+                    r = done[kind] = _run_retrying(kind, tree, sets=sets, **common_args)
                     results.setdefault((n, kind), []).append(r)
                     print(f"round {round_no + 1}: " + _line(n, r), flush=True)
                 if done.get("quix", {}).get("output") and "inorder" in done:
