@@ -19,11 +19,14 @@ another source tree alternates with this one (the order rotates every round), so
 after are measured side by side under the same load.
 
 Reported per N and contender (medians over rounds): steady CPU per record (from the first
-batch's commit to the last's, whole tree), steady seconds per batch (the batches after the
+batch's commit to the last's, whole tree; the broker, not part of the tree, shown apart over
+the whole run), steady seconds per batch (the batches after the
 first), the tasks' own phases summed over partitions per batch (``load``: opening state,
 ``state``: the state delta, ``write``: output, ``read``: Kafka, ``apply``) and the driver's
 ``commit``, each also as milliseconds per topic-partition per batch, plus the output files
-a steady batch committed, and output files and checkpoint bytes at the end.
+a steady batch committed, and output files and checkpoint bytes at the end. Each run's line
+also gives its CPU seconds by process (driver, JVM, Python workers, planners) and the
+broker's.
 
 With ``--with-limit`` and ``--with-quix`` the same backlogs go to ``bench/cpu_per_record.py``'s
 other contenders too, alternating with inorder: the one-process limit (a confluent-kafka
@@ -81,6 +84,7 @@ def run_once(
     max_offsets: int,
     exclude: list[int],
     sets: tuple[str, ...] = (),
+    broker: int | None = None,
 ) -> dict[str, Any]:
     """One ``inorder run`` over the topics ``prefix*`` (with ``--set`` of each of ``sets``);
     what it cost."""
@@ -93,10 +97,13 @@ def run_once(
     argv += ["--set", "source.target_batch_duration=off"]
     for setting in sets:
         argv += ["--set", setting]
-    # The broker (this process's child) is not part of the run's tree: it is left running.
+    # The broker (this process's child) is not part of the run's tree: it is left running,
+    # and its CPU over the run is shown beside the tree's.
+    broker_before = process_tree.tree_cpu_seconds(broker) if broker else 0.0
     run = process_tree.run_tree(
         argv, env=env, cwd=work, stderr_path=f"{work}.stderr", exclude_pgids=exclude
     )
+    broker_cpu = process_tree.tree_cpu_seconds(broker) - broker_before if broker else float("nan")
     if run.returncode != 0:
         tail = Path(f"{work}.stderr").read_text(errors="replace")[-3000:]
         raise SystemExit(f"{kind} exited with {run.returncode}; stderr ends:\n{tail}")
@@ -113,6 +120,8 @@ def run_once(
         "wall": run.wall,
         "cpu": run.cpu,
         "load_avg": os.getloadavg()[0],
+        "broker": broker_cpu,
+        "by_role": run.by_role,
         "steady_us": float("nan"),
         "steady_rate": float("nan"),
     }
@@ -220,9 +229,16 @@ def _line(n: int, r: dict[str, Any]) -> str:
         f"checkpoint {r['checkpoint'] / 1e6:.1f} MB  load average {r['load_avg']:.1f}  cache "
         f"{r['cache'] / 1e6:.1f} MB; checkpoint parts (files, MB): "
         + ", ".join(f"{k} {f} {b / 1e6:.2f}" for k, (f, b) in r["checkpoint_parts"].items())
+        + "; CPU s by process (whole run): "
+        + _roles(r)
         + "; slow batches (id: s, state s): "
         + ", ".join(f"{b}: {d:.2f}, {st:.2f}" for b, d, st in r["series"] if d > 1.5 * r["batch_s"])
     )
+
+
+def total_of(r: dict[str, Any]) -> int:
+    """The records of the run ``r`` (its backlog)."""
+    return int(r["total"])
 
 
 def _shown(value: float, fmt: str) -> str:
@@ -230,12 +246,20 @@ def _shown(value: float, fmt: str) -> str:
     return "-" if value != value else format(value, fmt)
 
 
+def _roles(r: dict[str, Any]) -> str:
+    """The run's CPU seconds by process role, largest first, and the broker's."""
+    roles = sorted(r.get("by_role", {}).items(), key=lambda kv: -kv[1])
+    shown = [f"{k} {v:.1f}" for k, v in roles[:6]]
+    return ", ".join([*shown, f"broker {r.get('broker', float('nan')):.1f}"])
+
+
 def _other_line(r: dict[str, Any]) -> str:
     if "stalled" in r:
         return f"stalled ({r['stalled']})"
     return (
         f"steady {r['steady_us']:6.1f} us/rec {r['steady_rate']:>8,.0f} rec/s  wall "
-        f"{r['wall']:.1f} s  cpu {r['cpu']:.1f} s  load average {r['load_avg']:.1f}"
+        f"{r['wall']:.1f} s  cpu {r['cpu']:.1f} s  load average {r['load_avg']:.1f}; CPU s by "
+        f"process: {_roles(r)}"
     )
 
 
@@ -251,7 +275,7 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], max_offsets: in
     for (n, kind), rs in sorted(results.items()):
         ran = [r for r in rs if "stalled" not in r]
         if not ran:
-            rows.append([n, kind, "stalled: " + rs[0]["stalled"], *["-"] * 9, len(rs)])
+            rows.append([n, kind, "stalled: " + rs[0]["stalled"], *["-"] * 10, len(rs)])
             continue
         us = med([r["steady_us"] for r in ran])
         batch_s = med([r["batch_s"] for r in ran])
@@ -264,6 +288,7 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], max_offsets: in
                 kind + (f" ({len(rs) - len(ran)} stalled)" if len(ran) < len(rs) else ""),
                 f"{us:.1f}",
                 f"{us / base[kind]:.2f}" if base.get(kind) else "-",
+                _shown(med([r["broker"] / total_of(r) * 1e6 for r in ran]), ".1f"),
                 f"{med([r['steady_rate'] for r in ran]):,.0f}",
                 _shown(batch_s, ".2f"),
                 _shown(per_tp, ".2f"),
@@ -281,6 +306,7 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], max_offsets: in
             "contender",
             "steady us CPU/record",
             "x at 12",
+            "broker us CPU/record (whole run)",
             "steady rec/s",
             f"s per {max_offsets:,} batch",
             "ms per tp per batch",
@@ -292,7 +318,7 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], max_offsets: in
             "runs",
         ],
         rows,
-        right=(0, *range(2, 13)),
+        right=(0, *range(2, 14)),
     )
 
 
@@ -387,10 +413,14 @@ def main() -> int:
                     }
                     if kind in ("limit", "quix"):
                         r = done[kind] = run_other(kind, broker=broker, **common_args)
+                        r["total"] = total
                         results.setdefault((n, kind), []).append(r)
                         print(f"round {round_no + 1}: {n:>5} tp {kind}: " + _other_line(r))
                         continue
-                    r = done[kind] = _run_retrying(kind, tree, sets=sets, **common_args)
+                    r = done[kind] = _run_retrying(
+                        kind, tree, sets=sets, broker=broker, **common_args
+                    )
+                    r["total"] = total
                     results.setdefault((n, kind), []).append(r)
                     print(f"round {round_no + 1}: " + _line(n, r), flush=True)
                 if done.get("quix", {}).get("output") and "inorder" in done:
