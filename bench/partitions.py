@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python bench/partitions.py [--partitions 12,120,1200] [--messages 400000]
 [--max-offsets 100000] [--rounds 3] [--vs CHECKOUT] [--with-set SECTION.KEY=VALUE] [--quick]
-[--with-limit] [--with-quix]``
+[--with-limit] [--with-quix] [--quix-limit 900]``
 
 ``--quick`` (~5 minutes on 2 shared cores for 12/120/1,200): 200,000 messages, batches of
 50,000, one round. ``--partitions 12,120,1200,4800`` adds the 4,800 case (slow before the
@@ -33,9 +33,9 @@ other contenders too, alternating with inorder: the one-process limit (a conflue
 consumer over every partition doing the whole job; its steady CPU per record is its read
 loop's) and Quix Streams (exactly-once, a checkpoint every ``--max-offsets`` messages; its
 change rows are checked equal to inorder's after each round). A Quix run that stops short of
-the backlog (no message for 60 s, or still running after 15 minutes: it stalled) is reported
-as such, not retried. Neither has inorder's phases, files or checkpoint: "-" in those
-columns.
+the backlog (no message for 60 s, or still running after ``--quix-limit``, 15 minutes: it
+stalled) is reported as such, not retried. Neither has inorder's phases, files or
+checkpoint: "-" in those columns.
 """
 
 from __future__ import annotations
@@ -152,26 +152,27 @@ def run_once(
 
 #: A Quix run still going after this many seconds is stopped and reported as stalled (it
 #: stops by itself only after 60 s without any message; a trickle would go on for hours).
+#: ``--quix-limit`` sets it.
 QUIX_LIMIT_S = 900.0
 
 
-def _stop_quix() -> None:
-    """SIGKILL this process's descendants that run the Quix program."""
+def _stop_quix(after: float) -> None:
+    """SIGKILL this process's descendants that run the Quix program (after ``after`` s)."""
     import psutil
 
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
             if any("quix_sessions.py" in part for part in child.cmdline()):
-                print(f"quix: still running after {QUIX_LIMIT_S:.0f} s: stopped", flush=True)
+                print(f"quix: still running after {after:.0f} s: stopped", flush=True)
                 child.kill()
 
 
-def run_other(kind: str, **kwargs: Any) -> dict[str, Any]:
+def run_other(kind: str, quix_limit: float = QUIX_LIMIT_S, **kwargs: Any) -> dict[str, Any]:
     """One run of the limit or Quix (``bench/cpu_per_record.py``'s contenders) over the same
     backlog, in the shape of :func:`run_once`'s results ("-" for what only inorder has)."""
     watchdog = None
     if kind == "quix":
-        watchdog = threading.Timer(QUIX_LIMIT_S, _stop_quix)
+        watchdog = threading.Timer(quix_limit, _stop_quix, args=(quix_limit,))
         watchdog.daemon = True
         watchdog.start()
     try:
@@ -349,6 +350,12 @@ def main() -> int:
     parser.add_argument(
         "--with-quix", action="store_true", help="also run Quix Streams (its own virtualenv)"
     )
+    parser.add_argument(
+        "--quix-limit",
+        type=float,
+        default=QUIX_LIMIT_S,
+        help="seconds after which a Quix run is stopped as stalled",
+    )
     args = parser.parse_args()
     if args.quick:
         args.messages, args.max_offsets = 200_000, 50_000
@@ -412,7 +419,9 @@ def main() -> int:
                         "exclude": exclude,
                     }
                     if kind in ("limit", "quix"):
-                        r = done[kind] = run_other(kind, broker=broker, **common_args)
+                        r = done[kind] = run_other(
+                            kind, args.quix_limit, broker=broker, **common_args
+                        )
                         r["total"] = total
                         results.setdefault((n, kind), []).append(r)
                         print(f"round {round_no + 1}: {n:>5} tp {kind}: " + _other_line(r))
