@@ -110,18 +110,42 @@ def _decode_index(raw: bytes) -> TaskIndex:
 #: Bytes of decoded task files a process keeps. Partitions rebuilding together (a task on a
 #: new executor) read the same 20-40 files, one slice each: decoded once, not once a partition.
 TABLE_CACHE_BYTES = 256 << 20
+#: Partition slices held in the indexes a process keeps (a few hundred bytes each). A task
+#: reads the index of every task file still listed at each batch; those of the files a
+#: checkpoint holds at 4,800 topic-partitions (about 200,000 slices) stay cached.
+INDEX_CACHE_PARTS = 400_000
 
 
 class _Cache:
     """Per process: task files' indexes (files never change: each is named by its attempt)
-    and the newest decoded files up to :data:`TABLE_CACHE_BYTES`."""
+    and the newest decoded files up to :data:`TABLE_CACHE_BYTES`.
 
-    def __init__(self, indexes: int = 4096) -> None:
+    What a listing of a directory no longer shows (deleted files) is dropped at that listing
+    (:meth:`keep_listed`): without it, the indexes of every file a long run had written and
+    deleted stayed until the count bound, 0.5 MB a batch at 1,000 topic-partitions.
+    """
+
+    def __init__(self, parts: int = INDEX_CACHE_PARTS) -> None:
         self._lock = threading.Lock()
         self._indexes: OrderedDict[str, TaskIndex] = OrderedDict()
+        self._index_parts = 0
         self._tables: OrderedDict[str, pa.Table] = OrderedDict()
         self._table_bytes = 0
-        self._limit = indexes
+        self._limit = parts
+
+    def keep_listed(self, directory: str, listed: set[str]) -> None:
+        """Forget the cached files of ``directory`` that are not in ``listed`` (its files
+        as listed now: the others were deleted, and a name is never written again)."""
+        prefix = directory.rstrip("/") + "/"
+
+        def gone(path: str) -> bool:
+            return path.startswith(prefix) and "/" not in path[len(prefix) :] and path not in listed
+
+        with self._lock:
+            for path in [p for p in self._indexes if gone(p)]:
+                self._index_parts -= len(self._indexes.pop(path).parts)
+            for path in [p for p in self._tables if gone(p)]:
+                self._table_bytes -= self._tables.pop(path).nbytes
 
     def index(self, location: Location, path: str) -> TaskIndex:
         with self._lock:
@@ -135,9 +159,11 @@ class _Cache:
             raise pa.ArrowInvalid("no index in its metadata")
         index = _decode_index(raw)
         with self._lock:
-            self._indexes[path] = index
-            while len(self._indexes) > self._limit:
-                self._indexes.popitem(last=False)
+            if path not in self._indexes:
+                self._indexes[path] = index
+                self._index_parts += len(index.parts)
+            while self._index_parts > self._limit and len(self._indexes) > 1:
+                self._index_parts -= len(self._indexes.popitem(last=False)[1].parts)
         return index
 
     def table(self, location: Location, path: str) -> pa.Table:
@@ -189,11 +215,13 @@ class TaskFiles:
     def __init__(self, location: Location, directory: str) -> None:
         self.location = location
         self.files: list[TaskFile] = []
-        for name, path in list_names(location, directory):
+        names = list_names(location, directory)
+        for name, path in names:
             m = _NAME.match(name)
             if m is not None:
                 self.files.append(TaskFile(int(m.group(1)), m.group(2), path))
         self.files.sort(key=lambda f: (f.version, f.attempt))
+        _CACHE.keep_listed(directory, {path for _, path in names})
         self._indexed: list[tuple[TaskFile, dict[tuple[str, int], PartSlice]]] | None = None
 
     def index(self, file: TaskFile) -> TaskIndex:
