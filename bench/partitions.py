@@ -237,11 +237,6 @@ def _line(n: int, r: dict[str, Any]) -> str:
     )
 
 
-def total_of(r: dict[str, Any]) -> int:
-    """The records of the run ``r`` (its backlog)."""
-    return int(r["total"])
-
-
 def _shown(value: float, fmt: str) -> str:
     """``value`` formatted, or "-" where a contender has no such figure (NaN)."""
     return "-" if value != value else format(value, fmt)
@@ -289,7 +284,7 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], max_offsets: in
                 kind + (f" ({len(rs) - len(ran)} stalled)" if len(ran) < len(rs) else ""),
                 f"{us:.1f}",
                 f"{us / base[kind]:.2f}" if base.get(kind) else "-",
-                _shown(med([r["broker"] / total_of(r) * 1e6 for r in ran]), ".1f"),
+                _shown(med([r["broker"] / r["total"] * 1e6 for r in ran]), ".1f"),
                 f"{med([r['steady_rate'] for r in ran]):,.0f}",
                 _shown(batch_s, ".2f"),
                 _shown(per_tp, ".2f"),
@@ -409,29 +404,26 @@ def main() -> int:
             for n in counts:
                 prefix, total = prefixes[n]
                 done: dict[str, dict[str, Any]] = {}
+                common_args: dict[str, Any] = {
+                    "bootstrap": bootstrap,
+                    "prefix": prefix,
+                    "tmp": tmp,
+                    "total": total,
+                    "max_offsets": args.max_offsets,
+                    "exclude": exclude,
+                    "broker": broker,
+                }
                 for kind, tree, sets in contenders[shift:] + contenders[:shift]:
-                    common_args: dict[str, Any] = {
-                        "bootstrap": bootstrap,
-                        "prefix": prefix,
-                        "tmp": tmp,
-                        "total": total,
-                        "max_offsets": args.max_offsets,
-                        "exclude": exclude,
-                    }
                     if kind in ("limit", "quix"):
-                        r = done[kind] = run_other(
-                            kind, args.quix_limit, broker=broker, **common_args
-                        )
-                        r["total"] = total
-                        results.setdefault((n, kind), []).append(r)
-                        print(f"round {round_no + 1}: {n:>5} tp {kind}: " + _other_line(r))
-                        continue
-                    r = done[kind] = _run_retrying(
-                        kind, tree, sets=sets, broker=broker, **common_args
-                    )
+                        r = run_other(kind, args.quix_limit, **common_args)
+                        line = f"{n:>5} tp {kind}: " + _other_line(r)
+                    else:
+                        r = _run_retrying(kind, tree, sets=sets, **common_args)
+                        line = _line(n, r)
                     r["total"] = total
+                    done[kind] = r
                     results.setdefault((n, kind), []).append(r)
-                    print(f"round {round_no + 1}: " + _line(n, r), flush=True)
+                    print(f"round {round_no + 1}: {line}", flush=True)
                 if done.get("quix", {}).get("output") and "inorder" in done:
                     rows = quix.check_same(done["inorder"]["output"], done["quix"]["output"])
                     print(f"round {round_no + 1}: {n} tp: quix's {rows:,} change rows = inorder's")
