@@ -47,6 +47,9 @@ fi
 # Every test's time goes to .inorder/test-times.xml (JUnit XML): `python scripts/test_times.py`
 # turns it into the time table of tests/README.md.
 mkdir -p .inorder
+# A test process that crashes inside a native library leaves its threads' stacks here
+# (tests/conftest.py); they are printed again after the run, where a cut log still shows them.
+rm -rf .inorder/crashes
 # INORDER_TEST_WORKERS=N runs the test files in N processes (pytest-xdist, a file's tests kept
 # together so module fixtures are paid once); each process starts its own broker, S3 server
 # and JVM. Default: 2 for the whole suite (its runs beside two busy loops on 2 cores are in
@@ -55,12 +58,19 @@ default_workers=2
 [ "$#" = "0" ] || default_workers=1
 workers=()
 if [ "${INORDER_TEST_WORKERS:-$default_workers}" != "1" ]; then
-  workers=(-n "${INORDER_TEST_WORKERS:-$default_workers}" --dist loadfile)
+  # pytest-xdist runs the test that crashed a process again in its replacement: two
+  # replacements at most, so a test that crashes every time ends the run, not loops in it.
+  workers=(-n "${INORDER_TEST_WORKERS:-$default_workers}" --dist loadfile --max-worker-restart 2)
 fi
 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=20 \
   --junitxml=.inorder/test-times.xml "${workers[@]}" "${markers[@]}" "$@"
 code=$?
 set -e
+for crash in .inorder/crashes/*.log; do
+  [ -s "$crash" ] || continue
+  echo "== a test process crashed ($crash): the thread that crashed"
+  grep -A 40 "^Current thread" "$crash" || head -60 "$crash"
+done
 if [ "$code" = "5" ]; then
   echo "error: no test ran" >&2
   exit 1

@@ -1,7 +1,10 @@
 """Shared fixtures: one broker, one S3 server and one SparkSession per test session; sink
 locations on local disk and on S3."""
 
+import faulthandler
+import os
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -27,3 +30,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.user_properties.append(("marker", "slow"))
+
+
+#: Where a test process writes every thread's stack if it crashes inside a native library.
+CRASH_DIR = Path(".inorder/crashes")
+_crash_file: list[IO[str]] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Send a native crash's stacks (a segfault inside a library) to a file of this process.
+
+    pytest prints them on stderr, in the middle of a long log that CI shows only in part;
+    ``scripts/test.sh`` prints each file's crashing thread again at the end of the run.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    CRASH_DIR.mkdir(parents=True, exist_ok=True)
+    crash_file = (CRASH_DIR / f"{worker}-{os.getpid()}.log").open("w")
+    _crash_file.append(crash_file)  # kept open for the life of the process
+    faulthandler.enable(file=crash_file, all_threads=True)
