@@ -194,6 +194,8 @@ def run_contender(
     else:
         argv = [sys.executable, here, "--child", "vanilla", bootstrap, prefix, work]
         argv += [str(total), str(max_offsets)]
+    if broker:
+        process_tree.wait_idle(broker)
     broker_before = process_tree.tree_cpu_seconds(broker) if broker else 0.0
     run = process_tree.run_tree(
         argv, env=env, cwd=work, stderr_path=f"{work}.stderr", exclude_pgids=exclude

@@ -99,6 +99,8 @@ def run_once(
         argv += ["--set", setting]
     # The broker (this process's child) is not part of the run's tree: it is left running,
     # and its CPU over the run is shown beside the tree's.
+    if broker:
+        process_tree.wait_idle(broker)
     broker_before = process_tree.tree_cpu_seconds(broker) if broker else 0.0
     run = process_tree.run_tree(
         argv, env=env, cwd=work, stderr_path=f"{work}.stderr", exclude_pgids=exclude
