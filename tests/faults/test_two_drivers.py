@@ -39,6 +39,7 @@ from inorder.dev.simulator import simulate
 from inorder.sessions.rebuild import read_changes
 from inorder.storage.fs import resolve
 from tests.faults.test_process_faults import verified
+from tests.fixtures.lease_racer import start_in_process
 from tests.fixtures.sessions_job import (
     TWO_LOCAL_CORES,
     assert_matches_truth,
@@ -51,22 +52,17 @@ from tests.fixtures.sessions_job import (
 STARTERS = 20
 
 
-def _start_in_process(directory: str, barrier: Any, results: Any) -> None:
-    """One racing starter: wait for the others, then try to take the lease once."""
-    lease = CheckpointLease(LocalLeaseStore(directory), 30.0)
-    barrier.wait()
-    try:
-        results.put(("won", lease.acquire(wait=False).epoch))
-    except LeaseHeld:
-        results.put(("held", 0))
-
-
 def _race_local(directory: str) -> list[tuple[str, int]]:
-    context = multiprocessing.get_context("fork")  # no Spark here: fork is safe and quick
+    # Not fork: this process may hold threads (a SparkSession's, the Kafka clients', pyarrow's)
+    # and a forked child can block for ever on a lock one of them held, and the test process
+    # then waits for it at exit. The fork server is a fresh interpreter that imported only the
+    # racer; each starter forks from it.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["tests.fixtures.lease_racer"])
     barrier = context.Barrier(STARTERS)
     results = context.Queue()
     procs = [
-        context.Process(target=_start_in_process, args=(directory, barrier, results))
+        context.Process(target=start_in_process, args=(directory, barrier, results))
         for _ in range(STARTERS)
     ]
     for proc in procs:
