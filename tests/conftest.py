@@ -32,8 +32,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.user_properties.append(("marker", "slow"))
 
 
-#: Where a test process writes every thread's stack if it crashes inside a native library.
-CRASH_DIR = Path(".inorder/crashes")
+#: Where a test process writes every thread's stack if it crashes inside a native library
+#: (under the checkout's root).
+CRASH_DIR = Path(".inorder", "crashes")
 _crash_file: list[IO[str]] = []
 
 
@@ -45,7 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
     ``scripts/test.sh`` prints each file's crashing thread again at the end of the run.
     """
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    CRASH_DIR.mkdir(parents=True, exist_ok=True)
-    crash_file = (CRASH_DIR / f"{worker}-{os.getpid()}.log").open("w")
+    directory = config.rootpath / CRASH_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    crash_file = (directory / f"{worker}-{os.getpid()}.log").open("w")
     _crash_file.append(crash_file)  # kept open for the life of the process
     faulthandler.enable(file=crash_file, all_threads=True)
