@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 #: Where a test process writes every thread's stack if it crashes inside a native library
 #: (under the checkout's root).
 CRASH_DIR = Path(".inorder", "crashes")
-_crash_file: list[IO[str]] = []
+_CRASH_FILE = pytest.StashKey[IO[str]]()
 
 
 @pytest.hookimpl(trylast=True)
@@ -49,5 +49,17 @@ def pytest_configure(config: pytest.Config) -> None:
     directory = config.rootpath / CRASH_DIR
     directory.mkdir(parents=True, exist_ok=True)
     crash_file = (directory / f"{worker}-{os.getpid()}.log").open("w")
-    _crash_file.append(crash_file)  # kept open for the life of the process
+    config.stash[_CRASH_FILE] = crash_file  # open for the life of the process
     faulthandler.enable(file=crash_file, all_threads=True)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A process that ended without a crash leaves no file behind."""
+    crash_file = config.stash.get(_CRASH_FILE, None)
+    if crash_file is None:
+        return
+    faulthandler.disable()
+    crash_file.close()
+    path = Path(crash_file.name)
+    if path.stat().st_size == 0:
+        path.unlink()
