@@ -56,14 +56,15 @@ class Receiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_port}/hook"
 
-    def wait_for(self, event: str, timeout: float = 10.0) -> dict[str, Any]:
+    def wait_for(self, event: str, timeout: float = 10.0, count: int = 1) -> dict[str, Any]:
+        """The ``count``-th ``event`` received, once it has arrived (within ``timeout``)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for e in self.events:
-                if e["event"] == event:
-                    return e
+            found = [e for e in self.events if e["event"] == event]
+            if len(found) >= count:
+                return found[count - 1]
             time.sleep(0.05)
-        raise AssertionError(f"no {event!r} event; got {self.events}")
+        raise AssertionError(f"no {event!r} event (#{count}); got {self.events}")
 
 
 @pytest.fixture
@@ -189,7 +190,7 @@ def test_stall_is_reported_once_while_lag_is_positive(receiver: Receiver) -> Non
         time.sleep(0.8)
         assert [e["event"] for e in receiver.events] == ["stall"]  # once per stall
         notifier.on_batch(progress(3, 5), {"t[0]": 7})  # progress re-arms it
-        time.sleep(1.0)
+        assert receiver.wait_for("stall", count=2)["lag"] == 7
         assert [e["event"] for e in receiver.events] == ["stall", "stall"]
     finally:
         notifier.on_stop()

@@ -6,6 +6,7 @@ sink's own reader.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import signal
 import subprocess
@@ -31,30 +32,48 @@ from inorder.sinks.compaction import compact_parquet
 from inorder.sinks.parquet import ParquetSink
 
 SCRIPT = Path(__file__).parent / "scripts" / "sink_crash_writer.py"
-BATCHES = 60
+BATCHES = 30
 ROWS = 2000
 KILLS = 6
 
 
-def _run(fmt: str, path: str, env: dict[str, str], kill_after: float | None, rerun: bool) -> str:
-    """Run the writer; with ``kill_after``, SIGKILL it that long after its sink is ready."""
+@dataclasses.dataclass(frozen=True)
+class Kill:
+    """Where a run is killed: after its ``commits``-th batch line, a ``fraction`` of a batch
+    later (placed by the writer's own progress, whatever the machine's speed)."""
+
+    commits: int
+    fraction: float
+
+
+def _run(fmt: str, path: str, env: dict[str, str], kill: Kill | None, rerun: bool) -> str:
+    """Run the writer; with ``kill``, SIGKILL it at that point of its writing."""
     args = [sys.executable, str(SCRIPT), fmt, path, str(BATCHES), str(ROWS)]
     if rerun:
         args.append("--rerun-last")
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if kill_after is None:
+    if kill is None:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err.decode()[-2000:]
         return out.decode()
     assert proc.stdout is not None
-    first = proc.stdout.readline().decode()  # "ready": imports and check() are done
+    lines = [proc.stdout.readline().decode()]  # "ready": imports and check() are done
+    batch_seconds = 0.05  # until this run has written a batch: about one local batch
+    last = time.monotonic()
+    seen = 0
+    while seen < kill.commits and lines[-1] and not lines[-1].startswith("finished"):
+        lines.append(proc.stdout.readline().decode())
+        now = time.monotonic()
+        if lines[-1].startswith(("committed", "skipped")):
+            seen += 1
+            batch_seconds, last = now - last, now
     try:
-        proc.wait(timeout=kill_after)
+        proc.wait(timeout=kill.fraction * batch_seconds)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode in (0, -signal.SIGKILL), err.decode()[-2000:]
-    return first + out.decode()
+    return "".join(lines) + out.decode()
 
 
 class Poller(threading.Thread):
@@ -119,7 +138,8 @@ def test_kill9_during_writes_keeps_every_row_exactly_once(
     s3 = request.getfixturevalue("s3") if where == "s3" else None
     path = s3.new_prefix() if s3 is not None else str(tmp_path / "out")
     env = writer_env(s3)
-    rng = random.Random(1234 + hash((fmt, where)) % 1000)
+    # A seed of its own per case, the same in every process (str hashes are salted per process).
+    rng = random.Random(f"sink-crash-{fmt}-{where}")
     if fmt == "parquet":
         options = s3.storage_options() if s3 is not None else None
         poller = Poller(lambda: committed_ids(path, options))
@@ -129,10 +149,10 @@ def test_kill9_during_writes_keeps_every_row_exactly_once(
     started = False
     killed_runs = 0
     for attempt in range(4 * KILLS):
-        # Kill at a random moment of the writing: while staging, committing or publishing.
-        # S3 runs are slower: widen the window while no run has committed anything yet.
-        window = 0.3 if started else 0.3 + 0.3 * attempt
-        out = _run(fmt, path, env, rng.random() * window, rerun=attempt % 2 == 1)
+        # Kill at a random moment of the writing (staging, committing or publishing), placed
+        # by the batches this run has written: 0-2 of them, then a fraction of the next.
+        kill = Kill(rng.randint(0, 2), rng.random())
+        out = _run(fmt, path, env, kill, rerun=attempt % 2 == 1)
         outputs.append(out)
         killed_runs += "finished" not in out
         if not started and "committed" in out:

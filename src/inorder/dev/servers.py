@@ -280,6 +280,8 @@ def start_s3(
         "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false",
         "-s3.autoCreateBucket=false", "-s3.allowDeleteBucketNotEmpty=false",
         "-master.telemetry=false",
+        # One server, no peers to tell before the volume closes: a stop takes 1.2 s, not 2.2.
+        "-volume.preStopSeconds=0",
         *(f"-{name}={value}" for name, value in internal.items()),
     ]  # fmt: skip
     endpoint = f"http://{HOST}:{port}"
