@@ -63,9 +63,9 @@ _MARKED: set[int] = set()
 class MarkedSessions(SessionTables):
     """The session processor; while ``marker_dir/armed`` exists, it marks and holds each batch.
 
-    On the first record of a batch in a worker process it writes
-    ``marker_dir/<batch>-<pid>-<ns>`` and sleeps the seconds written in ``armed``. Its output
-    is the session processor's, record for record.
+    On the first record of a batch in a worker process, from the first batch named in
+    ``armed`` on, it writes ``marker_dir/<batch>-<pid>-<ns>`` and sleeps the seconds written
+    there. Its output is the session processor's, record for record.
     """
 
     def __init__(self, marker_dir: str = "", **options: Any) -> None:
@@ -78,11 +78,17 @@ class MarkedSessions(SessionTables):
     def process(self, state: Any, msg: Any, ctx: Any) -> Any:
         if ctx.batch_id not in _MARKED:
             _MARKED.add(ctx.batch_id)
-            armed = Path(self.marker_dir) / "armed"
-            if self.marker_dir and armed.exists():
+            hold, first = "", ""
+            try:  # "<seconds> <first batch held>"; the test may disarm at any moment
+                if self.marker_dir:
+                    text = (Path(self.marker_dir) / "armed").read_text()
+                    hold, _, first = text.partition(" ")
+            except OSError:
+                pass
+            if hold and ctx.batch_id >= int(first or 0):
                 name = f"{ctx.batch_id}-{os.getpid()}-{time.time_ns()}"
                 (Path(self.marker_dir) / name).write_text("")
-                time.sleep(float(armed.read_text() or 0))
+                time.sleep(float(hold))
         return super().process(state, msg, ctx)
 
 
@@ -240,8 +246,10 @@ class Job:
     truth: GroundTruth
     records: int
 
-    def arm(self, hold: float = HOLD) -> None:
-        (self.marker_dir / "armed").write_text(str(hold))
+    def arm(self, hold: float = HOLD, first_batch: int = 1) -> None:
+        """Hold the first task of each batch from ``first_batch`` on for ``hold`` seconds
+        (every case meets its fault in batch 1 or later: holding batch 0 only cost time)."""
+        (self.marker_dir / "armed").write_text(f"{hold} {first_batch}")
 
     def disarm(self) -> None:
         (self.marker_dir / "armed").unlink(missing_ok=True)
