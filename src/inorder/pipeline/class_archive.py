@@ -16,6 +16,10 @@ then starts as it would without one. The archive lives under ``$INORDER_CACHE_DI
 ``$XDG_CACHE_HOME/inorder`` or ``~/.cache/inorder``), named by a digest of the Java binary,
 the PySpark version, the Spark home's jars and the JVM options, so an upgrade builds a new one.
 ``INORDER_CLASS_ARCHIVE=off`` turns it off.
+
+Each archive (~180 MB) records the jars folder it was built for beside it (``<name>.jars``);
+building one removes the archives whose folder is gone (a deleted virtualenv or checkout), so
+the cache holds one archive per installation in use, not one per installation ever prepared.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from inorder.pipeline.spark_home import CACHE_ENV, cache_dir, pyspark_dir, use_compiled_pyspark
@@ -45,6 +50,43 @@ def _java_binary() -> str | None:
     return os.path.realpath(java) if java and os.path.exists(java) else None
 
 
+def _jars_dir() -> Path:
+    # The JVM checks the class path it was dumped with: the jars of the home in use.
+    return Path(os.environ.get("SPARK_HOME") or pyspark_dir()) / "jars"
+
+
+#: Beside each archive: the jars folder it was built for (one line).
+JARS_SUFFIX = ".jars"
+
+
+def prune_archives(folder: Path, keep: Path) -> list[Path]:
+    """Remove the archives in ``folder`` (not ``keep``) whose recorded jars folder is gone,
+    and build leftovers of a day ago; the paths removed. An archive without a record (built
+    before records were kept) stays: nothing says it is unused."""
+    removed: list[Path] = []
+    for record in folder.glob(f"*.jsa{JARS_SUFFIX}"):
+        archive = record.with_name(record.name.removesuffix(JARS_SUFFIX))
+        if archive == keep:
+            continue
+        try:
+            if Path(record.read_text(encoding="utf-8").strip()).is_dir():
+                continue
+            archive.unlink(missing_ok=True)
+            record.unlink()
+        except OSError:
+            continue
+        removed.append(archive)
+    day_ago = time.time() - 86_400
+    for staged in folder.glob("*.jsa.*.tmp"):
+        try:
+            if staged.stat().st_mtime < day_ago:
+                staged.unlink()
+                removed.append(staged)
+        except OSError:
+            continue
+    return removed
+
+
 def archive_path(jvm_options: str) -> Path | None:
     """The archive for this Java, this Spark and ``jvm_options``; ``None`` without a Java."""
     java = _java_binary()
@@ -52,8 +94,7 @@ def archive_path(jvm_options: str) -> Path | None:
         return None
     import pyspark
 
-    # The JVM checks the class path it was dumped with: the jars of the home in use.
-    jars = Path(os.environ.get("SPARK_HOME") or pyspark_dir()) / "jars"
+    jars = _jars_dir()
     digest = hashlib.sha256()
     for part in (java, str(os.path.getmtime(java)), str(jars), pyspark.__version__, jvm_options):
         digest.update(part.encode() + b"\0")
@@ -118,4 +159,6 @@ def build(jvm_options: str, *, rebuild: bool = False, timeout_s: float = 600.0) 
         staged = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         shutil.move(str(partial), staged)
         os.replace(staged, path)
+    path.with_name(path.name + JARS_SUFFIX).write_text(f"{_jars_dir()}\n", encoding="utf-8")
+    prune_archives(path.parent, keep=path)
     return path
