@@ -19,7 +19,9 @@ used. The milestones, seconds after the ``inorder run`` process started (medians
 * **first batch** starts (its JSON progress event time minus its duration) and **commits**;
   **exit**.
 
-Then the CPU seconds by kind of process over the whole run.
+Then the CPU seconds by kind of process over the whole run, and the JVM's split by kind of
+thread (``/proc/<pid>/task``: py4j's call threads, where PySpark builds the SparkContext and
+session, the JIT compiler, the stream execution thread, the executor's task threads, ...).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -56,6 +59,31 @@ def _kind(cmdline: list[str], root: int, pid: int) -> str:
     return Path(cmdline[0]).name if cmdline else "?"
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds of each thread of ``pid`` so far, with its name (Linux)."""
+    found: dict[int, tuple[str, float]] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / _TICK)
+    return found
+
+
+def _by_thread_kind(threads: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds by kind of JVM thread (digits in names folded: ``Thread-12`` is ``Thread-#``)."""
+    kinds: dict[str, float] = {}
+    for name, seconds in threads.values():
+        kind = re.sub(r"\d+", "#", name)
+        kinds[kind] = kinds.get(kind, 0.0) + seconds
+    return kinds
+
+
 def run_once(tree: Path, bootstrap: str, prefix: str, tmp: str, max_offsets: int) -> dict[str, Any]:
     """One ``inorder run``: milestone times and CPU seconds by kind of process."""
     import psutil
@@ -75,6 +103,7 @@ def run_once(tree: Path, bootstrap: str, prefix: str, tmp: str, max_offsets: int
     )
     seen: dict[int, tuple[float, str]] = {}
     cpu: dict[int, float] = {}
+    jvm_threads: dict[int, tuple[str, float]] = {}
     done = threading.Event()
 
     def sample() -> None:
@@ -93,6 +122,8 @@ def run_once(tree: Path, bootstrap: str, prefix: str, tmp: str, max_offsets: int
                         )
                     times = p.cpu_times()
                     cpu[p.pid] = times.user + times.system
+                    if seen[p.pid][1] == "jvm":
+                        jvm_threads.update(_thread_cpu(p.pid))
                 except psutil.Error:
                     continue
             time.sleep(0.05)
@@ -130,6 +161,7 @@ def run_once(tree: Path, bootstrap: str, prefix: str, tmp: str, max_offsets: int
         "commit": at,
         "exit": exited,
         "cpu": by_kind,
+        "jvm threads": _by_thread_kind(jvm_threads),
         "records": sum(int(e["records"]) for _, e in data),
     }
 
@@ -177,6 +209,18 @@ def main() -> int:
         for rs in runs.values():
             values = [sum(r["cpu"].values()) if k == "total" else r["cpu"].get(k, 0.0) for r in rs]
             cells.append(f"{statistics.median(values):.2f}")
+        print(f"| {k} | " + " | ".join(cells) + " |")
+    threads = sorted(
+        {k for rs in runs.values() for r in rs for k in r["jvm threads"]},
+        key=lambda k: -max(r["jvm threads"].get(k, 0.0) for rs in runs.values() for r in rs),
+    )
+    print("\n| JVM CPU seconds by thread (medians) | " + " | ".join(runs) + " |")
+    print("|---|" + "---:|" * len(runs))
+    for k in threads[:12]:
+        cells = [
+            f"{statistics.median(r['jvm threads'].get(k, 0.0) for r in rs):.2f}"
+            for rs in runs.values()
+        ]
         print(f"| {k} | " + " | ".join(cells) + " |")
     return 0
 

@@ -48,7 +48,10 @@ def test_batches_cover_every_record_once(clean_run: RunFixture) -> None:
         assert s["keys"] <= len(here)
         if any(not x.ended for x in here):
             assert s["keys"] > 0 and s["state_bytes"] > 0
-        assert s["file_bytes"] > 0
+        # A partition that never held a key may have only empty slices of the task files,
+        # whose bytes are shared by rows: 0 of them are its (seen with the prefix 991136516).
+        if here:
+            assert s["file_bytes"] > 0, s
 
     done = cli("inspect", str(clean_run.toml), "--json")
     assert done.returncode == 0, done.stderr
