@@ -29,6 +29,7 @@ import duckdb
 import pyarrow.compute as pc
 import pytest
 
+from inorder.dev.ground_truth import GroundTruth
 from inorder.dev.processes import free_ports
 from inorder.dev.simulator import load_ground_truth
 from inorder.dev.verify import verify_tables
@@ -119,6 +120,13 @@ _AWS_KEYS = {
 
 
 def bash(script: str, work: Path, env: dict[str, str], timeout: float = 300) -> str:
+    return bash_output(script, work, env, timeout)[0]
+
+
+def bash_output(
+    script: str, work: Path, env: dict[str, str], timeout: float = 300
+) -> tuple[str, str]:
+    """``(stdout, stderr)`` of ``script``, which must succeed."""
     done = subprocess.run(
         ["bash", "-e", "-c", script],
         cwd=work,
@@ -128,7 +136,29 @@ def bash(script: str, work: Path, env: dict[str, str], timeout: float = 300) -> 
         timeout=timeout,
     )
     assert done.returncode == 0, f"{script}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
-    return done.stdout
+    return done.stdout, done.stderr
+
+
+def coverage(truth: GroundTruth, changes: Any, stderr: str) -> str:
+    """What a short read missed: per topic-partition, the broker's end offset after the
+    simulator's flush against the highest offset in the output; and the run's own lines."""
+    seen: dict[tuple[str, int], int] = {}
+    for t, p, o in zip(
+        changes.column("topic").to_pylist(),
+        changes.column("partition").to_pylist(),
+        changes.column("offset").to_pylist(),
+        strict=True,
+    ):
+        seen[(t, p)] = max(o, seen.get((t, p), -1))
+    short = [
+        f"{name}/{p}: broker end offset {end} after the simulator's flush, "
+        f"output up to {seen.get((name, p), 'none')}"
+        for name, topic in sorted(truth.topics.items())
+        for p, end in sorted(topic.end_offsets.items())
+        if end > 0 and seen.get((name, p), -1) < end - 1
+    ]
+    run_lines = [ln for ln in stderr.splitlines() if "rdkafka" not in ln][-40:]
+    return "\n".join(["partitions read short:", *short, "--- the run's stderr", *run_lines])
 
 
 def printed_counts(text: str) -> dict[str, int]:
@@ -183,14 +213,14 @@ def test_getting_started_verbatim_then_every_documented_query_after_a_failed_bat
     assert "inorder dev up" in script and "inorder dev down" in script
 
     # 1. The page, verbatim.
-    printed = bash(script, work, shell_env(work))
+    printed, stderr = bash_output(script, work, shell_env(work))
     counts = printed_counts(printed)
     assert counts and set(counts) <= OPS, printed
     assert {"clear", "insert", "update", "delete"} <= set(counts), printed
     changes = read_committed(str(work / DEMO_OUTPUT))
     assert counts == committed_counts(changes)
     truth = load_ground_truth(work / "truth.json")
-    assert sum(counts.values()) >= truth.records > 0
+    assert sum(counts.values()) >= truth.records > 0, coverage(truth, changes, stderr)
     check = verify_tables(rebuild_tables(changes), truth, changes)
     assert check.ok, check.lines()
     shown = code_blocks(section(DOCS / "getting-started.md", "Step by step"), "")
@@ -302,13 +332,13 @@ def test_getting_started_with_avro_verbatim(work: Path) -> None:
     assert len(steps) == 1, "the Avro section has one ```bash block"
     script = steps[0]
     assert "--format avro" in script and "inorder dev down" in script
-    printed = bash(script, work, shell_env(work))
+    printed, stderr = bash_output(script, work, shell_env(work))
     counts = printed_counts(printed)
     assert {"clear", "insert", "update", "delete"} <= set(counts), printed
     changes = read_committed(str(work / ".inorder/avro/output"))
     assert counts == committed_counts(changes)
     truth = load_ground_truth(work / "avro-truth.json")
-    assert sum(counts.values()) >= truth.records > 0
+    assert sum(counts.values()) >= truth.records > 0, coverage(truth, changes, stderr)
     check = verify_tables(rebuild_tables(changes), truth, changes)
     assert check.ok, check.lines()
     registry = json.loads((work / ".inorder/dev/registry/registry.json").read_text())

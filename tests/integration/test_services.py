@@ -21,7 +21,7 @@ import pytest
 from tests.fixtures.services import KafkaService, S3Service
 
 from inorder import cli, endpoints
-from inorder.dev import processes, services
+from inorder.dev import processes, servers, services
 from inorder.errors import ConfigError
 from inorder.storage import s3_objects
 
@@ -146,6 +146,23 @@ def test_dev_up_port_taken_is_one_line_error(state_dir: Path) -> None:
         "it or pass --kafka-port N (0 picks a free port)"
     ]
     assert services.status(state_dir, only=["kafka"])[0].state == "not running"
+
+
+def test_a_server_that_lost_its_port_to_another_is_not_taken_for_started(
+    state_dir: Path,
+) -> None:
+    # The port was free when picked, then another broker took it before ours could bind:
+    # ours exits ("port in use") while the other answers the readiness probe. Recording it
+    # as started would send this state directory's clients to someone else's broker.
+    (other,) = services.up(state_dir / "other", kafka_port=0, only=["kafka"])
+    taken = other.entry["port"]
+    mine = state_dir / "mine"
+    mine.mkdir()
+    try:
+        with pytest.raises(processes.DevServiceError, match="exited during startup"):
+            servers.start_kafka(mine, taken, die_with_parent=True)
+    finally:
+        services.down(state_dir / "other")
 
 
 def test_dev_up_on_other_port_while_running_is_refused(state_dir: Path) -> None:

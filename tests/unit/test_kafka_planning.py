@@ -8,7 +8,7 @@ import re
 import pyarrow as pa
 import pytest
 
-from inorder.errors import ConfigError
+from inorder.errors import ConfigError, InorderError
 from inorder.kafka.api import KafkaSource
 from inorder.kafka.consumer import SOURCE_ARROW_SCHEMA, marker_batch
 from inorder.kafka.lag import lag_from_progress, source_counters, total_lag
@@ -212,6 +212,39 @@ def test_a_topic_with_a_metadata_error_is_kept_not_pruned_and_not_reread() -> No
     )
     # Read on from where it was (10), not again from its start as a new topic.
     assert [(r.start, r.end) for r in plan_ranges(during, after, markers=False)] == [(10, 20)]
+
+
+class _HealsAfter(_TopicInTransition):
+    """Topic ``a`` answers with a metadata error for the first ``errors`` discoveries."""
+
+    def __init__(self, errors: int) -> None:
+        super().__init__()
+        self.left = errors
+
+    def discover(self) -> list[TP]:
+        self.healthy = self.left <= 0
+        self.left -= 1
+        return super().discover()
+
+    def unsettled_topics(self) -> list[str]:
+        return sorted(self.errored_topics)
+
+
+def test_available_now_waits_for_a_topic_with_a_metadata_error_then_fails_naming_it() -> None:
+    from inorder.kafka.source import KafkaStreamReader
+
+    # Left out of the target, the topic would never be read by this query, and the run
+    # would end "caught up".
+    reader = KafkaStreamReader(parse_options({**BASE, "inorder.metadataTimeoutMs": "5000"}))
+    reader._admin = _HealsAfter(errors=2)  # type: ignore[assignment]
+    reader.prepareForTriggerAvailableNow()
+    assert reader._target == {A0: 20}
+    stuck = KafkaStreamReader(parse_options({**BASE, "inorder.metadataTimeoutMs": "1000"}))
+    stuck._admin = _HealsAfter(errors=1_000)  # type: ignore[assignment]
+    with pytest.raises(
+        InorderError, match=r"1 topic\(s\) of the subscription \(a\) had a metadata"
+    ):
+        stuck.prepareForTriggerAvailableNow()
 
 
 def test_offset_beyond_end_is_a_reset_and_pruned() -> None:

@@ -177,6 +177,46 @@ def tcp_open(port: int, host: str = HOST, timeout: float = 1.0) -> bool:
         return False
 
 
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process group ``pid`` (a server we started) holds the listening socket of
+    ``port``; ``None`` where Linux's ``/proc`` cannot tell.
+
+    A port found free can be taken by another server before ours binds it: ours then exits
+    ("port in use") while the other one answers the readiness probe. Asking who listens
+    keeps a service from being recorded as started on someone else's port.
+    """
+    inodes: set[str] = set()
+    found_table = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        found_table = True
+        for line in lines:
+            fields = line.split()
+            # local_address is HEXIP:HEXPORT; state 0A is LISTEN; field 9 is the inode.
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
+                inodes.add(fields[9])
+    if not found_table:
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for member in {pid, *group_members(pid)}:
+        try:
+            fds = os.listdir(f"/proc/{member}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{member}/fd/{fd}") in wanted:
+                    return True
+    return False
+
+
 def check_port(name: str, option: str, port: int) -> None:
     """Refuse a port out of range or in use, naming the command-line ``option``."""
     if not 0 < port < 65536:

@@ -28,6 +28,7 @@ from inorder.dev.processes import (
     exit_code,
     free_port_with_partner,
     free_ports,
+    listens_on,
     process_alive,
     spawn,
     stop_process,
@@ -168,7 +169,14 @@ def _launch(
     log = state_dir / f"{name}.log"
     pid, start_time = spawn(argv, log, state_dir, die_with_parent)
     try:
-        _wait_until(lambda: _answers(port, probe), pid, start_time, timeout, what, log)
+        _wait_until(
+            lambda: _answers(port, probe) and listens_on(pid, port) is not False,
+            pid,
+            start_time,
+            timeout,
+            what,
+            log,
+        )
         if setup is not None:
             setup()
     except BaseException:

@@ -100,6 +100,22 @@ class KafkaAdmin:
             )
         return sorted(tp for tp in opts.assign if tp.partition < topics.get(tp.topic, 0))
 
+    def unsettled_topics(self) -> list[str]:
+        """Topics the subscription covers that the last metadata answer listed with an error
+        (no leader yet, being created): they exist, but their partitions are unknown."""
+        opts = self._options
+        pattern = opts.pattern
+        assigned = {tp.topic for tp in opts.assign}
+        return sorted(
+            t
+            for t in self.errored_topics
+            if (
+                pattern.fullmatch(t)
+                if pattern is not None
+                else t in opts.subscribe or t in assigned
+            )
+        )
+
     def topic_names(self) -> list[str]:
         """Every non-internal topic the broker lists right now (errored ones too), sorted."""
         return sorted(set(self.topic_partitions()) | self.errored_topics)
@@ -151,7 +167,9 @@ class KafkaAdmin:
         failed: set[TopicPartition] = set()
         for tp in wanted:
             low, high = lows.get(tp), highs.get(tp)
-            if low is None or high is None:
+            # An answer without an error but no offset (-1) is no end to plan to: a target
+            # of -1 would mean "nothing to read" for a partition that has records.
+            if low is None or high is None or low < 0 or high < low:
                 failed.add(tp)
             else:
                 result[tp] = Watermarks(low, high)

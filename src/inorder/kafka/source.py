@@ -238,10 +238,23 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the target: every partition known now, at its current end."""
         known = self._known_partitions(force=True)
-        marks, failed = self._client().watermarks(known)
         # A partition left out of the target would be silently never read by this query:
-        # retry briefly, then fail naming it.
+        # a topic listed with a metadata error (its partitions unknown) or a partition whose
+        # end cannot be read is asked again briefly, then the run fails naming it.
         deadline = time.monotonic() + self._options.metadata_timeout_ms / 1000.0
+        unsettled = self._client().unsettled_topics()
+        while unsettled and time.monotonic() < deadline:
+            time.sleep(0.5)
+            known = self._discover()
+            unsettled = self._client().unsettled_topics()
+        if unsettled:
+            raise InorderError(
+                f"Trigger.AvailableNow: {len(unsettled):,} topic(s) of the subscription "
+                f"({named(unsettled, LISTED_PARTITIONS)}) had a metadata error (no leader?) for "
+                f"{self._options.metadata_timeout_ms} ms (inorder.metadataTimeoutMs): their "
+                "partitions and ends are unknown, so the run cannot say where it ends"
+            )
+        marks, failed = self._client().watermarks(known)
         while failed and time.monotonic() < deadline:
             time.sleep(0.5)
             more, failed = self._client().watermarks(failed)
