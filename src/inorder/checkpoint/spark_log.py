@@ -106,6 +106,11 @@ class SparkLog:
         data = sfs.read_bytes_if_exists(self.location, path)
         return None if data is None else data.decode("utf-8", "replace")
 
+    def source_offset(self, batch_id: int) -> dict[str, Any] | None:
+        """The source's end offset of ``batch_id`` as Spark stored it (``None``: no entry)."""
+        text = self.entry_text(batch_id)
+        return None if text is None else parse_offsets_entry(text)
+
     def batches(self) -> list[SparkBatch]:
         """Every planned batch whose entry is readable, oldest first."""
         planned = self._ids(OFFSETS_DIR)

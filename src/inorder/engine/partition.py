@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, get_args, get_type_hints
 
 import pyarrow as pa
@@ -35,12 +35,14 @@ import pyarrow as pa
 from inorder.codecs.base import Codec
 from inorder.engine.batch_commit import BatchCommit
 from inorder.engine.batch_report import BatchReport, state_opens, task_phases
+from inorder.engine.plan_coverage import check_coverage
 from inorder.engine.results import RESULT_DDL, TaskResult, result_of
 from inorder.engine.task import INPUT_EXPRS, TaskSpec, run_task
 from inorder.errors import ConfigError
 from inorder.integrity import Integrity
 from inorder.kafka.options import SourceOptions
 from inorder.processor import Processor, processor_types
+from inorder.records import TopicPartition
 from inorder.sinks.base import Sink, SinkError
 from inorder.spark.worker_pools import engine_pool
 from inorder.state.checkpoint import WRITTEN_FORMAT, CheckpointStore
@@ -116,6 +118,10 @@ class PartitionBackend:
         self.progress_to: tuple[str, int] | None = None
         self._types: Any = None
         self._schema: pa.Schema | None = None
+        #: The ranges the source planned for a batch (Spark's offsets log), when the tasks
+        #: read Kafka themselves: their results must cover them before anything commits.
+        self.planned_ranges: Callable[[int], Mapping[TopicPartition, tuple[int, int]] | None]
+        self.planned_ranges = lambda batch_id: None
 
     # -- driver checks -----------------------------------------------------------------------
 
@@ -231,6 +237,10 @@ class PartitionBackend:
             self.batch_commit.after_commit(report)
             return report
         results = self.run_tasks(df, batch_id)
+        if self.source_options is not None:
+            planned = self.planned_ranges(batch_id)
+            if planned is not None:
+                check_coverage(batch_id, planned, results)
         tasks_done = time.perf_counter()
         report = self.commit(batch_id, results)
         report.duration_seconds = time.perf_counter() - started

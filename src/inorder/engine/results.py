@@ -79,6 +79,9 @@ class TaskResult(msgspec.Struct, kw_only=True):
     """The event that stopped the partition (``fail`` policy or a bug), if any."""
     worker: str = ""
     """The process that ran the task (``host:pid``): whether a partition stayed in its worker."""
+    planned: list[int] | None = None
+    """``[start, end]``: the offsets ``[start, end)`` the task was given for this partition by
+    its marker rows (``None``: not known, records came as rows)."""
 
     def written_files(self) -> list[WrittenFile]:
         """Staged output files."""

@@ -235,6 +235,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                 waited = 0.0
             found = _markers(run)
             markers = [i for i, _, _ in found]
+            for _, start, end in found:
+                part.plan(start, end)
             if reads is not None:
                 to_read.extend((tp, start, end) for _, start, end in found)
             if markers == [0]:

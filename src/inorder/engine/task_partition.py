@@ -98,6 +98,16 @@ class PartitionWork:
         self.failed: ViolationEvent | None = None
         self.dead_letter_files: list[WrittenFile] = []
         self.timings: dict[str, float] = {"load": time.perf_counter() - started, "write": 0.0}
+        #: ``[start, end]`` of the offsets its marker rows gave this partition (``None``: none).
+        self.planned: list[int] | None = None
+
+    def plan(self, start: int, end: int) -> None:
+        """Note a range ``[start, end)`` a marker row gave this partition (its ranges follow
+        each other: together they span the first start to the last end)."""
+        if self.planned is None:
+            self.planned = [start, end]
+        else:
+            self.planned = [min(self.planned[0], start), max(self.planned[1], end)]
 
     def flush(self, force: bool = False) -> None:
         """Encode buffered rows and hand them to the task's output."""
@@ -177,10 +187,12 @@ class PartitionWork:
         self.timings["cache_opened"] = float(self.store.stats.opened_db)
         self.timings["caught_up"] = float(self.store.stats.caught_up)
         self.store.close()
-        return task_result(
+        result = task_result(
             self.tp, applier, self.output_rows, files, dl_files, state_keys, self.timings,
             self.failed,
         )  # fmt: skip
+        result.planned = self.planned
+        return result
 
 
 def finish_task(parts: list[PartitionWork], output: TaskOutput) -> list[TaskResult]:

@@ -13,6 +13,7 @@ or re-run by the next start: never half-applied.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -375,6 +376,11 @@ class PipelineRunner:
             from inorder.kafka.options import parse_options
 
             self._backend.source_options = parse_options({**p.source.to_options(), **extra})
+            from inorder.engine.plan_coverage import planned_ranges
+
+            self._backend.planned_ranges = functools.partial(
+                planned_ranges, self.layout.spark_log.source_offset
+            )
         prepare = getattr(self._backend, "prepare_stream", None)
         if prepare is not None:  # e.g. the spark backend's keyed stage (transformWithState)
             df = prepare(df)

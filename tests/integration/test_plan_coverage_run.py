@@ -1,0 +1,85 @@
+"""A micro-batch commits only when its task results cover every range the source planned.
+
+The check runs on every batch of every pipeline whose tasks read Kafka themselves; here the
+plan the driver reads from Spark's offsets log is given one range more than the tasks were
+handed (the stand-in for a range lost on its way to a task): the batch must fail before
+anything of it is committed, and a re-run must then complete it exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pytest
+
+from inorder.assemble import build_pipeline
+from inorder.dev.sim_model import FaultRates, SimulationConfig
+from inorder.dev.simulator import simulate
+from inorder.engine import plan_coverage
+from inorder.pipeline.config import validate as validate_config
+from inorder.records import TopicPartition
+from inorder.sinks.parquet import read_committed
+
+
+def test_a_batch_whose_results_miss_a_planned_range_commits_nothing(
+    kafka: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix = f"cover-{random.randrange(10**9)}-"
+    truth = simulate(
+        SimulationConfig(
+            sites=1, topic_prefix=prefix, partitions=2, sessions_per_site=4,
+            rows_per_snapshot=5, messages=600, faults=FaultRates(), faulty_sessions=0.0, seed=5,
+        ),
+        kafka.bootstrap_servers,
+    ).ground_truth  # fmt: skip
+    config = validate_config(
+        {
+            "pipeline": {
+                "name": "cover",
+                "checkpoint": str(tmp_path / "checkpoint"),
+                "trigger": "available-now",
+                "progress": "quiet",
+            },
+            "source": {
+                "bootstrap_servers": kafka.bootstrap_servers,
+                "topic_pattern": f"{prefix}.*",
+                "max_offsets_per_trigger": 200,
+            },
+            "processor": {"type": "sessions"},
+            "sink": {"path": str(tmp_path / "output"), "partition_by": ["topic"]},
+            "spark": {"master": "local[2]"},
+        }
+    )
+    real = plan_coverage.planned_ranges
+    seen: dict[int, dict[TopicPartition, tuple[int, int]]] = {}
+
+    def one_more(
+        read: Callable[[int], Mapping[str, Any] | None], batch_id: int
+    ) -> dict[TopicPartition, tuple[int, int]] | None:
+        planned = real(read, batch_id)
+        assert planned is not None, f"batch {batch_id}: no plan in Spark's offsets log"
+        seen[batch_id] = dict(planned)
+        if batch_id == 1:
+            planned[TopicPartition(f"{prefix}000", 9)] = (0, 5)
+        return planned
+
+    monkeypatch.setattr(plan_coverage, "planned_ranges", one_more)
+    with pytest.raises(plan_coverage.PlanNotCovered, match=r"batch 1: 1 planned range\(s\)"):
+        build_pipeline(config).run()
+    # Batch 0's plan was read and covered: the two partitions, 200 offsets between them.
+    assert sum(end - start for start, end in seen[0].values()) == 200
+    assert {tp.partition for tp in seen[0]} == {0, 1}
+    committed = read_committed(str(tmp_path / "output"))
+    assert set(pc.unique(committed.column("batch_id")).to_pylist()) == {0}
+
+    monkeypatch.setattr(plan_coverage, "planned_ranges", real)
+    build_pipeline(config).run()
+    done = read_committed(str(tmp_path / "output"))
+    offsets = set(
+        zip(done.column("partition").to_pylist(), done.column("offset").to_pylist(), strict=True)
+    )
+    assert len(offsets) == truth.records
