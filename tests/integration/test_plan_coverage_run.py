@@ -15,12 +15,12 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
+from tests.fixtures.sessions_job import TWO_LOCAL_CORES, sessions_config
 
 from inorder.assemble import build_pipeline
 from inorder.dev.sim_model import FaultRates, SimulationConfig
 from inorder.dev.simulator import simulate
 from inorder.engine import plan_coverage
-from inorder.pipeline.config import validate as validate_config
 from inorder.records import TopicPartition
 from inorder.sinks.parquet import read_committed
 
@@ -36,24 +36,10 @@ def test_a_batch_whose_results_miss_a_planned_range_commits_nothing(
         ),
         kafka.bootstrap_servers,
     ).ground_truth  # fmt: skip
-    config = validate_config(
-        {
-            "pipeline": {
-                "name": "cover",
-                "checkpoint": str(tmp_path / "checkpoint"),
-                "trigger": "available-now",
-                "progress": "quiet",
-            },
-            "source": {
-                "bootstrap_servers": kafka.bootstrap_servers,
-                "topic_pattern": f"{prefix}.*",
-                "max_offsets_per_trigger": 200,
-            },
-            "processor": {"type": "sessions"},
-            "sink": {"path": str(tmp_path / "output"), "partition_by": ["topic"]},
-            "spark": {"master": "local[2]"},
-        }
-    )
+    config = sessions_config(
+        kafka.bootstrap_servers, prefix, tmp_path, name="cover", max_offsets=200,
+        spark=TWO_LOCAL_CORES,
+    )  # fmt: skip
     real = plan_coverage.planned_ranges
     seen: dict[int, dict[TopicPartition, tuple[int, int]]] = {}
 
