@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inorder.durations import parse_duration
-from inorder.errors import ConfigError
+from inorder.errors import ConfigError, SinkError
 from inorder.integrity import REJECT_LIMIT, Integrity
 from inorder.kafka.api import KafkaSource
 from inorder.pipeline.config import Config, load_toml, validate
@@ -186,15 +186,22 @@ SINK_TYPES: dict[str, Callable[[Mapping[str, Any], dict[str, str] | None], Sink]
 }
 
 
-def make_sink(spec: Mapping[str, Any]) -> Sink:
-    """A sink from a ``[sink]``-shaped section (also the dead-letter and materialized ones)."""
+def make_sink(spec: Mapping[str, Any], section: str = "sink") -> Sink:
+    """A sink from a ``[sink]``-shaped section (also the dead-letter and materialized ones).
+
+    A setting the sink refuses is a :class:`ConfigError` naming ``section`` (exit code 2, as
+    any wrong setting): building a sink only checks its settings, it reads and writes nothing.
+    """
     from inorder.endpoints import output_storage_options
 
     # An s3:// output in the bucket of `inorder dev up` (or $INORDER_S3_ENDPOINT) finds that
     # store as the source finds the dev broker; anything else is used as given.
     storage = output_storage_options(spec["path"], spec["storage_options"])
     factory = SINK_TYPES.get(spec["type"] or "parquet", _parquet_sink)
-    return factory(spec, storage)
+    try:
+        return factory(spec, storage)
+    except SinkError as exc:
+        raise ConfigError(f"[{section}] {exc}") from None
 
 
 def make_source(spec: Mapping[str, Any]) -> KafkaSource:
@@ -237,7 +244,8 @@ def build_pipeline(config: Config) -> Pipeline[object, object, object]:
     dead_letter = None
     if config["dead_letter"]["path"]:
         dead_letter = make_sink(
-            {**config["sink"], "path": config["dead_letter"]["path"], "partition_by": ["topic"]}
+            {**config["sink"], "path": config["dead_letter"]["path"], "partition_by": ["topic"]},
+            "dead_letter",
         )
     materialized = None
     spec = config["materialized"]
@@ -251,7 +259,8 @@ def build_pipeline(config: Config) -> Pipeline[object, object, object]:
                 "type": spec["type"] or config["sink"]["type"],
                 "partition_by": list(spec["partition_by"]),
                 "storage_options": spec["storage_options"] or config["sink"]["storage_options"],
-            }
+            },
+            "materialized",
         )
         check_materialization(processor, materialized, spec["every"])
     tables = make_tables(config, processor)

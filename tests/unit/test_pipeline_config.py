@@ -117,6 +117,14 @@ def test_cli_bad_input_is_one_line(args: list[str], message: str, tmp_path: Path
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+def test_a_value_only_a_sink_checks_is_a_setting_error_naming_its_section() -> None:
+    # Exit code 2 (a wrong setting), not 1 (a failure while running), and where it is.
+    from inorder.assemble import build_pipeline
+
+    with pytest.raises(ConfigError, match=r"^\[sink\] compression 'bogus' is not one of zstd"):
+        build_pipeline(validate(with_("sink", compression="bogus")))
+
+
 def test_sink_compaction_keys_reach_the_sink() -> None:
     from inorder.assemble import make_sink
     from inorder.sinks.parquet import ParquetSink
