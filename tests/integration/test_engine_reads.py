@@ -17,8 +17,9 @@ from confluent_kafka.admin import AdminClient
 from inorder.engine.task import _record_tuples
 from inorder.errors import DataLossError
 from inorder.kafka.consumer import read_range, read_records
+from inorder.kafka.input_partitions import KafkaInputPartition
 from inorder.kafka.options import SourceOptions, parse_options
-from inorder.kafka.source import KafkaInputPartition, KafkaStreamReader
+from inorder.kafka.source import KafkaStreamReader
 from inorder.records import TopicPartition
 
 

@@ -18,7 +18,8 @@ print(json.dumps({
     "path": sys.path,
     "modules": sorted(m for m in ("pandas", "pyarrow.parquet", "rocksdict",
                                   "confluent_kafka", "inorder.engine.task",
-                                  "inorder.kafka.source") if m in sys.modules),
+                                  "inorder.kafka.source", "inorder.kafka.consumer")
+                   if m in sys.modules),
 }))
 """
 
@@ -63,7 +64,8 @@ def test_the_source_pool_preloads_only_what_marker_reads_need(tmp_path: Path) ->
             "confluent_kafka",
             "inorder.engine.task",
             "inorder.kafka.source",
+            "inorder.kafka.consumer",
         ]
     )
     source = _probe(tmp_path, "source")
-    assert source["modules"] == ["inorder.kafka.source", "pandas"]
+    assert source["modules"] == ["inorder.kafka.consumer", "inorder.kafka.source", "pandas"]

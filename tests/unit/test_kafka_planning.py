@@ -504,7 +504,7 @@ def test_source_options_repr_hides_secrets() -> None:
 
 
 def test_range_groups_balance_records_and_keep_each_partition_in_one_group() -> None:
-    from inorder.kafka.source import group_ranges
+    from inorder.kafka.input_partitions import group_ranges
 
     ranges = [("a", 0, 0, 900), ("a", 1, 0, 100), ("b", 0, 50, 550), ("b", 1, 0, 400)]
     groups = group_ranges(ranges, 2)
@@ -543,7 +543,7 @@ def test_a_range_group_reads_as_one_marker_row_per_range() -> None:
 
 
 def test_range_groups_stay_the_same_while_partitions_are_equally_busy() -> None:
-    from inorder.kafka.source import group_ranges
+    from inorder.kafka.input_partitions import group_ranges
 
     def members(ranges: list[tuple[str, int, int, int]]) -> list[list[tuple[str, int]]]:
         return [[(t, p) for t, p, _, _ in g.ranges] for g in group_ranges(ranges, 2)]
@@ -563,7 +563,7 @@ def test_range_groups_stay_the_same_while_partitions_are_equally_busy() -> None:
 
 
 def test_range_groups_deal_whole_topics_when_that_is_as_even() -> None:
-    from inorder.kafka.source import group_ranges
+    from inorder.kafka.input_partitions import group_ranges
 
     def members(ranges: list[tuple[str, int, int, int]], n: int) -> list[list[tuple[str, int]]]:
         return [[(t, p) for t, p, _, _ in g.ranges] for g in group_ranges(ranges, n)]

@@ -43,9 +43,10 @@ from inorder.errors import ConfigError
 from inorder.kafka.admin import KafkaAdmin
 from inorder.kafka.api import KafkaSource
 from inorder.kafka.consumer import marker_batch, read_range
+from inorder.kafka.input_partitions import KafkaInputPartition
 from inorder.kafka.options import SourceOptions, parse_options
 from inorder.kafka.planning import Watermarks
-from inorder.kafka.source import KafkaInputPartition, KafkaStreamReader
+from inorder.kafka.source import KafkaStreamReader
 from inorder.records import KAFKA_SPARK_DDL, TopicPartition
 
 SOURCE_NAME = "inorder-tiered"

@@ -158,8 +158,8 @@ def task_slot() -> str | None:
     """The task slot of the running Spark task, ``group@<partition>`` (``None`` outside Spark).
 
     The source deals a range group the same partitions batch after batch
-    (:func:`inorder.kafka.source.group_ranges`), as the same Spark partition, so the partition
-    index names the group's cache whichever process runs it.
+    (:func:`inorder.kafka.input_partitions.group_ranges`), as the same Spark partition, so
+    the partition index names the group's cache whichever process runs it.
     """
     try:
         from pyspark import TaskContext

@@ -26,9 +26,8 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadLimit,
@@ -39,8 +38,7 @@ from pyspark.sql.streaming.datasource import (
 from inorder.errors import ConfigError, DataLossError, InorderError
 from inorder.kafka.admin import KafkaAdmin
 from inorder.kafka.batch_sizing import BatchSizer
-from inorder.kafka.consumer import marker_batch, markers_batch, read_range
-from inorder.kafka.high_marks import load_high_marks, save_high_marks
+from inorder.kafka.input_partitions import KafkaInputPartition, KafkaRangeGroup, group_ranges
 from inorder.kafka.offsets import EARLIEST, LATEST, SourceOffset
 from inorder.kafka.options import SourceOptions, parse_options
 from inorder.kafka.planning import (
@@ -56,100 +54,17 @@ from inorder.kafka.planning import (
 from inorder.listing import named
 from inorder.records import KAFKA_SPARK_DDL, TopicPartition
 
+# pyarrow, the consumer and the high marks are imported where used: each of Spark's planner
+# processes imports this module, and most need none of them.
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "inorder-kafka"
 
 #: Partitions an error message names (the rest are counted).
 LISTED_PARTITIONS = 10
-
-
-class KafkaInputPartition(InputPartition):
-    """One topic-partition range ``[start, end)``: one Spark task."""
-
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
-        super().__init__((topic, partition, start, end))
-        self.topic = topic
-        self.partition = partition
-        self.start = start
-        self.end = end
-
-    def __repr__(self) -> str:
-        return f"KafkaInputPartition({self.topic}[{self.partition}] {self.start}..{self.end})"
-
-
-class KafkaRangeGroup(InputPartition):
-    """Several topic-partition ranges in one Spark task (``inorder.rangeGroups``).
-
-    Only with ``inorder.rangesOnly``: the task yields one marker row per range and its reader
-    (inorder's engine) reads each range itself, so a task's cost is per range, not per
-    input partition. Each Python data source input partition costs a round trip to a Python
-    worker: one per range was most of a small range's time.
-    """
-
-    def __init__(self, ranges: list[tuple[str, int, int, int]]) -> None:
-        super().__init__(tuple(ranges))
-        self.ranges = ranges
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{t}[{p}] {s}..{e}" for t, p, s, e in self.ranges)
-        return f"KafkaRangeGroup({inner})"
-
-
-#: How much heavier than the balanced packing the stable one may be and still be used.
-STABLE_GROUPS_SLACK = 1.25
-#: How many more topic-partitions than dealing partitions a group may get when whole topics
-#: are dealt (one output file per topic per task) and that packing still be used.
-TOPIC_GROUPS_SLACK = 1.1
-
-
-def group_ranges(ranges: Sequence[tuple[str, int, int, int]], groups: int) -> list[KafkaRangeGroup]:
-    """Ranges packed into at most ``groups`` groups, the same ones batch after batch if fair.
-
-    The stable packing deals the ranges in topic-partition order round the groups: while the
-    partitions are equally busy, each one stays in the same group (the same task index) every
-    batch, so its task mostly lands in the engine worker that holds its state cache. It deals
-    whole topics when that spreads the partitions as evenly (within
-    :data:`TOPIC_GROUPS_SLACK`; many topics per group): a task then writes one output file per
-    topic for all of the topic's partitions, not one per partition
-    (:mod:`inorder.engine.task_output`). When that packing's heaviest group is more than
-    :data:`STABLE_GROUPS_SLACK` times the balanced packing's (largest range first into the
-    lightest group), the balanced one is used. Within a group the ranges keep topic-partition
-    order. A topic-partition has one range per micro-batch, so it is in exactly one group: its
-    records stay in one task, in offset order.
-    """
-    count = max(1, groups)
-    stable = _deal(ranges, count, by_topic=False)
-    by_topic = _deal(ranges, count, by_topic=True)
-    if _most_partitions(by_topic) <= _most_partitions(stable) * TOPIC_GROUPS_SLACK:
-        stable = by_topic
-    balanced: list[list[tuple[str, int, int, int]]] = [[] for _ in range(count)]
-    loads = [0] * count
-    for r in sorted(ranges, key=lambda r: (-(r[3] - r[2]), r[0], r[1])):
-        lightest = loads.index(min(loads))
-        balanced[lightest].append(r)
-        loads[lightest] += r[3] - r[2]
-    heaviest = max(sum(e - s for _, _, s, e in b) for b in stable)
-    bins = stable if heaviest <= max(loads) * STABLE_GROUPS_SLACK else balanced
-    return [KafkaRangeGroup(sorted(b)) for b in bins if b]
-
-
-def _deal(
-    ranges: Sequence[tuple[str, int, int, int]], count: int, by_topic: bool
-) -> list[list[tuple[str, int, int, int]]]:
-    """Ranges dealt round ``count`` groups in topic-partition order: each partition (or each
-    topic, ``by_topic``) to the next group; a partition's ranges always share a group."""
-    bins: list[list[tuple[str, int, int, int]]] = [[] for _ in range(count)]
-    dealt: dict[tuple[str, int] | str, int] = {}
-    for r in sorted(ranges):  # by topic-partition: never one partition in two groups
-        unit: tuple[str, int] | str = r[0] if by_topic else (r[0], r[1])
-        bins[dealt.setdefault(unit, len(dealt)) % count].append(r)
-    return bins
-
-
-def _most_partitions(bins: list[list[tuple[str, int, int, int]]]) -> int:
-    """The most topic-partitions any group holds."""
-    return max(len({(t, p) for t, p, _, _ in b}) for b in bins)
 
 
 class KafkaDataSource(DataSource):
@@ -375,6 +290,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _load_saved_highs(self) -> None:
         """Start from the ends the previous run saw (a restart's only view of deleted topics)."""
+        from inorder.kafka.high_marks import load_high_marks
+
         path = self._options.high_watermarks_file
         self._saved_high = {} if path is None else load_high_marks(path)
         for tp, high in self._saved_high.items():
@@ -387,6 +304,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         beyond it (a capped batch, ``minOffsetsPerTrigger`` waiting) would be invisible to a
         restart that finds its topic deleted. Written only when it changed.
         """
+        from inorder.kafka.high_marks import save_high_marks
+
         path = self._options.high_watermarks_file
         if path is None or self._last_high == self._saved_high:
             return
@@ -481,6 +400,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Records of one range, in offset order (after the marker row, if enabled)."""
+        from inorder.kafka.consumer import marker_batch, markers_batch, read_range
+
         if isinstance(partition, KafkaRangeGroup):  # ranges only: the markers are all
             yield markers_batch([(TopicPartition(t, p), s, e) for t, p, s, e in partition.ranges])
             return

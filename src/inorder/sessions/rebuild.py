@@ -27,7 +27,6 @@ from urllib.parse import urlparse
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from inorder.errors import InorderError
@@ -81,6 +80,8 @@ def read_changes(
             return read_committed(source, storage_options)
         except (OSError, pa.ArrowInvalid) as exc:
             raise InorderError(f"cannot read change log at {source}: {exc}") from None
+    import pyarrow.dataset as ds  # it imports pandas: only where a dataset is read
+
     try:
         dataset = ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive")
         return dataset.to_table()

@@ -49,7 +49,6 @@ from inorder.sinks.compaction_levels import (
     check_max_merge_bytes,
 )
 from inorder.sinks.compaction_merge import file_dir
-from inorder.sinks.delta_read import delta_dataset
 from inorder.sinks.parquet import (
     DEFAULT_TARGET_FILE_SIZE,
     FileSink,
@@ -321,6 +320,8 @@ class DeltaSink(Compacting, FileSink):
         Files whose ``batch_id`` statistics lie outside the range are skipped unread.
         """
         import pyarrow.dataset as ds
+
+        from inorder.sinks.delta_read import delta_dataset  # pyarrow.dataset: only to read
 
         dataset = delta_dataset(self._table(), self.location)
         condition = (ds.field("batch_id") >= first) & (ds.field("batch_id") <= last)

@@ -7,10 +7,10 @@ They read the files named by done manifests and commit checkpoints
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from inorder.sinks.commit_log import (
     COMMITS_DIR,
@@ -26,6 +26,9 @@ from inorder.sinks.commit_log import (
     read_manifest,
 )
 from inorder.storage import fs as sfs
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 
 def committed_files(path: str, storage_options: Mapping[str, str] | None = None) -> list[LiveFile]:
@@ -138,6 +141,10 @@ def committed_dataset(location: sfs.Location, state: DatasetState) -> ds.Dataset
     Read with the newest schema: files written before a compatible evolution (columns added
     as nullable) read the new columns as null instead of deciding the schema themselves.
     """
+    # Imported here: pyarrow.dataset imports pandas (about 0.2 s of CPU), which a command
+    # that reads no dataset need not pay (most commands the CLI refuses exit before reading).
+    import pyarrow.dataset as ds
+
     paths = [location.join(f.path) for f in state.files.values()]
     if not paths:
         return None

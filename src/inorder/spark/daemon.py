@@ -42,6 +42,7 @@ PRELOAD = (
     "msgspec",
     "rocksdict",
     "inorder.kafka.source",
+    "inorder.kafka.consumer",
     "inorder.engine.task",
     "inorder.engine.partition",
     "inorder.schema",
@@ -59,6 +60,7 @@ SOURCE_PRELOAD = (
     "pyarrow",
     "pandas",
     "inorder.kafka.source",
+    "inorder.kafka.consumer",  # the marker rows (the source imports it where it reads)
 )
 
 

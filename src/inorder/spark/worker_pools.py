@@ -12,13 +12,14 @@ another process, and four processes each held a copy (measured on ``local[2]``: 
 topic-partitions per batch found their cache open).
 
 The engine's ``mapInArrow`` function is created with ``INORDER_WORKER_POOL=engine`` in its
-environment (:func:`engine_pool`), which gives it a pool of its own: an engine task always
-lands in a process that ran engine tasks, and with stable range groups
-(:func:`inorder.kafka.source.group_ranges`) mostly in the one that ran the same topic-partitions
-the batch before. When the engine reads Kafka itself, the source's reads only ship marker rows
-and run in the ``source`` pool, whose daemon preloads PySpark's worker, pyarrow, pandas and the
-source (0.7 s of CPU here) instead of everything the engine needs (1.0 s): a second daemon per
-executor, started beside the first at start-up (:func:`inorder.pipeline.spark.warm_python_workers`).
+environment (:func:`engine_pool`), which gives it a pool of its own: an engine task always lands in
+a process that ran engine tasks, and with stable range groups
+(:func:`inorder.kafka.input_partitions.group_ranges`) mostly in the one that ran the same
+topic-partitions the batch before. When the engine reads Kafka itself, the source's reads only ship
+marker rows and run in the ``source`` pool, whose daemon preloads PySpark's worker, pyarrow,
+pandas, the source and its marker rows' builder (0.7 s of CPU here) instead of everything the
+engine needs (1.0 s): a second daemon per executor, started beside the first at start-up
+(:func:`inorder.pipeline.spark.warm_python_workers`).
 
 PySpark snapshots ``SparkContext.environment`` when a Python function is created, so the
 variable is set only around that creation, under a lock that every other creation in inorder
