@@ -1,7 +1,7 @@
 """Where one engine task's time goes, per topic-partition, in one process: no Spark, no broker.
 
 Run: ``.venv/bin/python bench/task_profile.py [--partitions 2400] [--records 10]
-[--batches 6] [--top 25] [--layout bucket|topic]``
+[--batches 6] [--top 25] [--layout bucket|topic] [--sessions 2]``
 
 The session job's records (the simulator's model: snapshots, inserts, updates, deletes; one
 topic per site, one partition each) for ``--partitions`` topic-partitions, ``--records`` per
@@ -52,12 +52,15 @@ INPUT = SOURCE_ARROW_SCHEMA.remove(SOURCE_ARROW_SCHEMA.get_field_index("headers"
 )
 
 
-def records(partitions: int, per_batch: int, batches: int) -> dict[tuple[str, int], list[Any]]:
-    """``(key, value)`` of each topic-partition, in offset order, enough for ``batches``."""
+def records(
+    partitions: int, per_batch: int, batches: int, sessions: int = 2
+) -> dict[tuple[str, int], list[Any]]:
+    """``(key, value)`` of each topic-partition, in offset order, enough for ``batches``
+    (``sessions`` sessions per topic-partition)."""
     config = SimulationConfig(
         sites=partitions,
         partitions=1,
-        sessions_per_site=2,
+        sessions_per_site=sessions,
         rows_per_snapshot=5,
         messages=partitions * per_batch * batches,
         seed=7,
@@ -107,6 +110,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--top", type=int, default=25, help="0: no profile, CPU only")
     parser.add_argument(
+        "--sessions", type=int, default=2, help="sessions per topic-partition (keys of state)"
+    )
+    parser.add_argument(
         "--layout",
         choices=["topic", "bucket"],
         default="bucket",
@@ -119,7 +125,7 @@ def main() -> None:
         help="a state delta file per topic-partition, or one per task (state format 3)",
     )
     args = parser.parse_args()
-    by_tp = records(args.partitions, args.records, args.batches)
+    by_tp = records(args.partitions, args.records, args.batches, args.sessions)
     work = Path(tempfile.mkdtemp(prefix="inorder-task-profile-"))
     try:
         profile_task(args, by_tp, work)
