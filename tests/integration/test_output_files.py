@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 from tests.fixtures.sink_cases import ID_SCHEMA, id_batch, stage_batch
 
-from inorder.ops.output_files import format_output_files, output_files
+from inorder.ops.output_files import LevelFiles, format_output_files, output_files
 from inorder.sinks.compaction import compact_parquet
 from inorder.sinks.offset_ids import BatchIdOffset
 from inorder.sinks.parquet import ParquetSink
+
+
+def assert_levels_after_one_compaction(levels: Sequence[LevelFiles]) -> None:
+    """Per topic the two oldest batches' 4 files became one of level 1, and the newest batch's
+    2 files wait for a second batch; unless they were older than the level rule's age window
+    when the compaction ran (twice the interval between these commits, measured from their
+    own commit times: a busy machine can delay the compaction that long), and then they went
+    to level 1 too, and the two level-1 files on to level 2, the top one."""
+    found = [(lv.level, lv.files) for lv in levels]
+    assert found in ([(0, 4), (1, 2)], [(2, 2)]), levels
 
 
 def test_files_by_level_and_the_backlog(tmp_path: Path) -> None:
@@ -31,9 +42,7 @@ def test_files_by_level_and_the_backlog(tmp_path: Path) -> None:
     compact_parquet(path, fanout=2, levels=2, grace_seconds=0)
     after = output_files(sink)
     assert after is not None and after.rows == 60 and after.files < before.files
-    # Per topic the two oldest batches' 4 files became one of level 1; the newest batch's 2
-    # files wait for a second batch (or for their age).
-    assert [(lv.level, lv.files) for lv in after.levels] == [(0, 4), (1, 2)], after.levels
+    assert_levels_after_one_compaction(after.levels)
 
 
 def test_a_delta_tables_files_by_level_and_the_backlog(tmp_path: Path) -> None:
@@ -54,6 +63,4 @@ def test_a_delta_tables_files_by_level_and_the_backlog(tmp_path: Path) -> None:
     compact_delta(path, fanout=2, levels=2)
     after = output_files(sink)
     assert after is not None and after.rows == 60 and after.files < before.files
-    # Per topic the two oldest batches' 4 files became one of level 1; the newest batch's 2
-    # files wait for a second batch (or for their age).
-    assert [(lv.level, lv.files) for lv in after.levels] == [(0, 4), (1, 2)], after.levels
+    assert_levels_after_one_compaction(after.levels)
