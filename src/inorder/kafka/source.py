@@ -54,8 +54,8 @@ from inorder.kafka.planning import (
 from inorder.listing import named
 from inorder.records import KAFKA_SPARK_DDL, TopicPartition
 
-# pyarrow, the consumer and the high marks are imported where used: each of Spark's planner
-# processes imports this module, and most need none of them.
+# The consumer and the high marks are imported where used: each of Spark's planner processes
+# imports this module, and most need neither (pyarrow here only names types).
 if TYPE_CHECKING:
     import pyarrow as pa
 
